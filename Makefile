@@ -1,0 +1,62 @@
+# Orbit: build, run and test. `make run` and `make test` are the two commands a
+# newcomer needs; see README.md.
+
+GO        ?= go
+BIN       := bin/orbit
+PKGS      := ./...
+SDK_DIR   := sdk/go
+# Go modules of the repository, each tested on its own.
+MODULES   := . $(SDK_DIR)
+TEST_FLAGS ?= -race -count=1 -timeout 12m
+
+.PHONY: build run test integration vet race bench lint clean db-server
+
+build:
+	$(GO) build -o $(BIN) ./cmd/orbit
+
+# db-server makes sure a MySQL-compatible server binary exists for the local
+# database and the test harness: on Debian/Ubuntu as root it installs
+# mariadb-server; elsewhere it says what to install. With ORBIT_MYSQL_DSN (make
+# run) or ORBIT_TEST_MYSQL_DSN (make test) set, no local binary is needed.
+db-server:
+	@if [ -n "$$ORBIT_MYSQL_DSN$$ORBIT_TEST_MYSQL_DSN" ] || command -v mariadbd >/dev/null 2>&1 || command -v mysqld >/dev/null 2>&1 \
+	    || [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing mariadb-server (no MySQL-compatible server found)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server >/dev/null; \
+	else \
+	    echo "no mariadbd or mysqld found: install mariadb-server (Debian/Ubuntu: sudo apt-get install -y mariadb-server) or MySQL 8.4+"; exit 1; \
+	fi
+
+# run brings up a local database (unless ORBIT_MYSQL_DSN is set), migrates,
+# writes dev credentials to .local/ and serves on 127.0.0.1:8080.
+run: db-server build
+	./$(BIN) dev
+
+# test runs vet and every test of every Go module, with the race detector,
+# against a throwaway database server the harness starts itself.
+test: db-server vet
+	@set -e; for m in $(MODULES); do echo "== go test $$m"; (cd $$m && $(GO) test $(TEST_FLAGS) ./...); done
+
+# integration runs the tests that need a real database server.
+integration: db-server
+	$(GO) test $(TEST_FLAGS) ./internal/... ./modules/... ./cmd/...
+
+vet:
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+
+race: db-server
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) test -race -count=1 ./...); done
+
+bench: db-server
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+
+lint: vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
+
+clean:
+	rm -rf bin
+	@if [ -d .local ]; then \
+	    if [ "$(FORCE)" = 1 ]; then rm -rf .local; \
+	    else printf 'remove .local (local database and dev credentials)? [y/N] '; read a; [ "$$a" = y ] && rm -rf .local || echo "kept .local"; fi; \
+	fi

@@ -1,0 +1,15 @@
+// Command orbit-admin is an alias for `orbit admin`, kept because the
+// result-inbox guide runs `go run ./cmd/orbit-admin bootstrap …`.
+package main
+
+import (
+	"os"
+
+	"github.com/orbitrun/orbit/internal/cli"
+)
+
+func main() {
+	root := cli.NewRoot()
+	root.SetArgs(append([]string{"admin"}, os.Args[1:]...))
+	cli.Execute(root)
+}

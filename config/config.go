@@ -1,0 +1,129 @@
+// Package config loads the orbit YAML file and ORBIT_* environment variables.
+//
+// Precedence, highest first: command-line flag, environment variable, file,
+// default. Every key has one name in the file (`server.listen`) and one in the
+// environment (ORBIT_SERVER_LISTEN: upper case, dots and dashes become
+// underscores). Keys are matched exactly; an unknown or misspelled key is an
+// error that names it and its line.
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+)
+
+// Defaults of the core sections.
+const (
+	DefaultListen          = "127.0.0.1:8080"
+	DefaultRequestDeadline = 8 * time.Second
+	DefaultShutdownTimeout = 10 * time.Second
+	DefaultMaxOpenConns    = 32
+	DefaultLogLevel        = "info"
+	DefaultLogFormat       = "text"
+)
+
+// Config holds the core sections shared by every command. Module sections
+// live with their modules and are decoded by the same loader.
+type Config struct {
+	Server   Server   `yaml:"server"`
+	Database Database `yaml:"database"`
+	Log      Log      `yaml:"log"`
+}
+
+// Server configures the HTTP listener of `orbit serve`.
+type Server struct {
+	// Listen is the TCP address, host:port.
+	Listen string `yaml:"listen"`
+	// Modules lists the modules to run; empty means every server module.
+	Modules []string `yaml:"modules"`
+	// RequestDeadline bounds every management request (C-12).
+	RequestDeadline time.Duration `yaml:"request_deadline"`
+	// ShutdownTimeout bounds a graceful stop.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// TLSCertFile and TLSKeyFile, when both set, make the server speak HTTPS.
+	TLSCertFile string `yaml:"tls_cert_file"`
+	TLSKeyFile  string `yaml:"tls_key_file"`
+	// PublicURL is the address clients use, written into credentials files.
+	// Empty means http://<listen>.
+	PublicURL string `yaml:"public_url"`
+}
+
+// Database configures the platform database.
+type Database struct {
+	// DSN is a go-sql-driver/mysql DSN naming the database explicitly. Also
+	// read from ORBIT_MYSQL_DSN.
+	DSN string `yaml:"dsn"`
+	// Migrate applies pending migrations when `orbit serve` starts.
+	Migrate bool `yaml:"migrate"`
+	// MaxOpenConns bounds the connection pool.
+	MaxOpenConns int `yaml:"max_open_conns"`
+}
+
+// Log configures the structured log on standard error.
+type Log struct {
+	// Level is debug, info, warn or error.
+	Level string `yaml:"level"`
+	// Format is text or json.
+	Format string `yaml:"format"`
+}
+
+// Default returns the core config with every default filled in.
+func Default() *Config {
+	return &Config{
+		Server: Server{
+			Listen:          DefaultListen,
+			RequestDeadline: DefaultRequestDeadline,
+			ShutdownTimeout: DefaultShutdownTimeout,
+		},
+		Database: Database{MaxOpenConns: DefaultMaxOpenConns},
+		Log:      Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
+	}
+}
+
+// Validate returns every problem of the core sections, each naming its key.
+func (c *Config) Validate() error {
+	var errs *multierror.Error
+	add := func(key, format string, args ...any) {
+		errs = multierror.Append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
+	}
+	if c.Server.Listen == "" {
+		add("server.listen", "must not be empty")
+	}
+	if c.Server.RequestDeadline <= 0 {
+		add("server.request_deadline", "must be positive, got %s", c.Server.RequestDeadline)
+	}
+	if c.Server.ShutdownTimeout <= 0 {
+		add("server.shutdown_timeout", "must be positive, got %s", c.Server.ShutdownTimeout)
+	}
+	if (c.Server.TLSCertFile == "") != (c.Server.TLSKeyFile == "") {
+		add("server.tls_cert_file", "tls_cert_file and tls_key_file must be set together")
+	}
+	if c.Database.MaxOpenConns < 1 {
+		add("database.max_open_conns", "must be at least 1, got %d", c.Database.MaxOpenConns)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		add("log.level", "must be debug, info, warn or error, got %q", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		add("log.format", "must be text or json, got %q", c.Log.Format)
+	}
+	return errs.ErrorOrNil()
+}
+
+// URL returns the address clients should use to reach this server.
+func (s Server) URL() string {
+	if s.PublicURL != "" {
+		return s.PublicURL
+	}
+	scheme := "http"
+	if s.TLSCertFile != "" {
+		scheme = "https"
+	}
+	return scheme + "://" + s.Listen
+}

@@ -1,0 +1,138 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+type testSection struct {
+	LeaseDuration time.Duration `yaml:"lease_duration"`
+	Capacity      int           `yaml:"capacity"`
+	Nested        struct {
+		Name string `yaml:"name"`
+	} `yaml:"nested"`
+}
+
+func writeFile(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "orbit.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func noEnv(string) (string, bool) { return "", false }
+
+func TestLoadDefaultsWithoutFile(t *testing.T) {
+	t.Parallel()
+	core := Default()
+	sec := &testSection{Capacity: 4}
+	if _, err := Load(Source{File: "", LookupEnv: noEnv}, core, map[string]any{"tasks": sec}); err != nil {
+		t.Fatal(err)
+	}
+	if core.Server.Listen != DefaultListen || sec.Capacity != 4 || core.Server.RequestDeadline != DefaultRequestDeadline {
+		t.Fatalf("defaults lost: %+v %+v", core.Server, sec)
+	}
+}
+
+func TestLoadFileValues(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "server:\n  listen: 127.0.0.1:9999\n  modules: [admin, tasks]\ntasks:\n  lease_duration: 2s\n  nested:\n    name: x\n")
+	core := Default()
+	sec := &testSection{}
+	if _, err := Load(Source{File: path, LookupEnv: noEnv}, core, map[string]any{"tasks": sec}); err != nil {
+		t.Fatal(err)
+	}
+	if core.Server.Listen != "127.0.0.1:9999" || sec.LeaseDuration != 2*time.Second || sec.Nested.Name != "x" {
+		t.Fatalf("got %+v %+v", core.Server, sec)
+	}
+	if strings.Join(core.Server.Modules, ",") != "admin,tasks" {
+		t.Fatalf("modules = %v", core.Server.Modules)
+	}
+}
+
+func TestLoadReportsEveryUnknownKeyWithLine(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "server:\n  listne: x\n  Listen: y\nbogus: 1\ntasks:\n  nested:\n    nmae: z\n")
+	_, err := Load(Source{File: path, LookupEnv: noEnv}, Default(), map[string]any{"tasks": &testSection{}})
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	for _, want := range []string{`:2: unknown key "server.listne"`, `:3: unknown key "server.Listen"`, `:4: unknown key "bogus"`, `:7: unknown key "tasks.nested.nmae"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
+func TestLoadReportsEveryTypeError(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "database:\n  max_open_conns: many\ntasks:\n  lease_duration: soon\n")
+	_, err := Load(Source{File: path, LookupEnv: noEnv}, Default(), map[string]any{"tasks": &testSection{}})
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	for _, want := range []string{"max_open_conns", "lease_duration"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
+func TestLoadPrecedenceFlagOverEnvOverFile(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "server:\n  listen: 127.0.0.1:1111\n  request_deadline: 3s\ndatabase:\n  dsn: file\n")
+	env := map[string]string{
+		"ORBIT_SERVER_LISTEN":           "127.0.0.1:2222",
+		"ORBIT_SERVER_REQUEST_DEADLINE": "4s",
+		"ORBIT_MYSQL_DSN":               "alias",
+		"ORBIT_TASKS_NESTED_NAME":       "from-env",
+	}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	flags := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	flags.String("listen", "", "")
+	if err := flags.Parse([]string{"--listen", "127.0.0.1:3333"}); err != nil {
+		t.Fatal(err)
+	}
+	core := Default()
+	sec := &testSection{}
+	src := Source{File: path, Flags: flags, FlagKeys: map[string]string{"server.listen": "listen"}, LookupEnv: lookup}
+	if _, err := Load(src, core, map[string]any{"tasks": sec}); err != nil {
+		t.Fatal(err)
+	}
+	if core.Server.Listen != "127.0.0.1:3333" {
+		t.Errorf("flag lost: listen = %s", core.Server.Listen)
+	}
+	if core.Server.RequestDeadline != 4*time.Second {
+		t.Errorf("env lost: deadline = %s", core.Server.RequestDeadline)
+	}
+	if core.Database.DSN != "alias" {
+		t.Errorf("ORBIT_MYSQL_DSN alias lost: dsn = %s", core.Database.DSN)
+	}
+	if sec.Nested.Name != "from-env" {
+		t.Errorf("module env lost: %+v", sec)
+	}
+}
+
+func TestValidateReportsEveryError(t *testing.T) {
+	t.Parallel()
+	c := Default()
+	c.Server.Listen = ""
+	c.Log.Level = "loud"
+	c.Database.MaxOpenConns = 0
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	for _, want := range []string{"server.listen", "log.level", "database.max_open_conns"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}

@@ -1,0 +1,174 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orbitrun/orbit/config"
+	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/migrate"
+	"github.com/orbitrun/orbit/internal/mysqld"
+	"github.com/orbitrun/orbit/migrations"
+	"github.com/orbitrun/orbit/modules/admin"
+)
+
+// Defaults of `orbit dev`.
+const (
+	devStateDir        = ".local"
+	devDatabase        = "orbit"
+	devCredentialsFile = "dev.credentials.json"
+	// devDSNFile holds the local database's DSN while `orbit dev` runs, so
+	// that other orbit commands started from the same directory find it.
+	devDSNFile = "dev.dsn"
+	devStartTimeout    = 90 * time.Second
+)
+
+func devCommand(app *App) *cobra.Command {
+	var stateDir string
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a local database, migrate, write dev credentials and serve (one command for a newcomer)",
+		Long: `Runs everything a newcomer needs on one machine:
+
+  1. a local database: with database.dsn / ORBIT_MYSQL_DSN set, that database;
+     otherwise a private MariaDB/MySQL server started from the installed
+     mariadbd or mysqld, with its data under .local/mysql, listening on
+     127.0.0.1 on a free port, stopped again when orbit dev exits;
+  2. the platform migrations;
+  3. dev credentials in .local/dev.credentials.json (namespace default,
+     application dev, environment development, queue default, every permission);
+  4. orbit serve with every server module on server.listen.
+
+Ctrl-C stops the server and the local database.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := app.LoadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return app.dev(ctx, cmd, cfg, stateDir)
+		},
+	}
+	cmd.Flags().String("listen", config.DefaultListen, "listen address host:port (server.listen)")
+	cmd.Flags().StringVar(&stateDir, "state-dir", devStateDir, "directory for the local database and dev credentials")
+	app.flagKeys["server.listen"] = "listen"
+	return cmd
+}
+
+func (app *App) dev(ctx context.Context, cmd *cobra.Command, cfg *config.Config, stateDir string) error {
+	out := cmd.OutOrStdout()
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return fmt.Errorf("--state-dir: %w", err)
+	}
+	if err := os.Chmod(stateDir, 0o700); err != nil {
+		return fmt.Errorf("--state-dir: %w", err)
+	}
+	if cfg.Database.DSN == "" {
+		if _, err := mysqld.FindServer(); err != nil {
+			return err
+		}
+		startCtx, cancel := context.WithTimeout(ctx, devStartTimeout)
+		fmt.Fprintf(out, "starting local database in %s\n", filepath.Join(stateDir, "mysql"))
+		srv, err := mysqld.Start(startCtx, mysqld.Options{
+			DataDir: filepath.Join(stateDir, "mysql"),
+			Durable: true,
+			LogFile: filepath.Join(stateDir, "mysql.log"),
+		})
+		cancel()
+		if err != nil {
+			return err
+		}
+		defer func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := srv.Stop(stopCtx); err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "orbit dev: stopping the local database: %v\n", err)
+			}
+		}()
+		if err := createDatabase(ctx, srv.DSN(""), devDatabase); err != nil {
+			return err
+		}
+		cfg.Database.DSN = srv.DSN(devDatabase)
+		dsnPath := filepath.Join(stateDir, devDSNFile)
+		if err := os.WriteFile(dsnPath, []byte(cfg.Database.DSN+"\n"), 0o600); err != nil {
+			return fmt.Errorf("dev: %w", err)
+		}
+		defer os.Remove(dsnPath)
+		fmt.Fprintf(out, "local database ready on 127.0.0.1:%d (database %s)\n", srv.Port(), devDatabase)
+	}
+	cfg.Database.Migrate = true
+
+	credPath := filepath.Join(stateDir, devCredentialsFile)
+	if err := ensureDevCredentials(ctx, cfg, credPath); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "dev credentials: %s\n", credPath)
+	fmt.Fprintf(out, "try:  TOKEN=$(sed -n 's/.*\"token\": \"\\(.*\\)\".*/\\1/p' %s)\n", credPath)
+	fmt.Fprintf(out, "      curl -s -H \"Authorization: Bearer $TOKEN\" %s/v1/credential\n", cfg.Server.URL())
+	return app.serve(ctx, cmd, cfg)
+}
+
+func createDatabase(ctx context.Context, serverDSN, name string) error {
+	pool, err := db.Open(ctx, serverDSN)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := pool.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
+		return fmt.Errorf("dev: create database %s: %w", name, err)
+	}
+	return nil
+}
+
+// ensureDevCredentials migrates the database and keeps a working dev
+// credential at path: an existing file whose token still authenticates is
+// kept; otherwise a new credential replaces it.
+func ensureDevCredentials(ctx context.Context, cfg *config.Config, path string) error {
+	pool, err := openDatabase(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := migrate.Up(ctx, pool, migrations.Files); err != nil {
+		return err
+	}
+	if f, err := admin.ReadCredentialsFile(path); err == nil {
+		if _, err := auth.NewAuthenticator(pool).Authenticate(ctx, "Bearer "+f.Token); err == nil {
+			return nil
+		}
+		if err := os.Remove(path); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	_, err = admin.Bootstrap(ctx, admin.NewStore(pool), &admin.BootstrapParams{
+		Namespace: "default", Application: "dev", Environment: "development", Queue: "default",
+		EventAccess: true, WorkerAccess: true, ReviewAccess: true,
+		URL: cfg.Server.URL(), Output: path,
+	})
+	return err
+}
+
+// localDevDSN returns the DSN of a running `orbit dev` database started from
+// the working directory, or "" when there is none.
+func localDevDSN() string {
+	b, err := os.ReadFile(filepath.Join(devStateDir, devDSNFile))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,160 @@
+// Package idem makes management writes idempotent (C-13, C-14).
+//
+// A write runs inside one transaction that first inserts its idempotency
+// record, keyed by (credential, operation, key). A concurrent request with the
+// same key blocks on that unique key until the first commits or rolls back, so
+// exactly one performs the change; the others then read the committed record.
+// The receipt is stored in the same transaction as the change it guards, so a
+// crash never leaves one without the other.
+//
+// Failed writes store nothing: a request that got an error may be retried with
+// the same key and is evaluated afresh.
+package idem
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/httpx"
+)
+
+// Request identifies one idempotent write.
+type Request struct {
+	CredentialID string
+	// Operation is the method, route and path IDs, e.g.
+	// "POST /v1/subscriptions/<id>:configure".
+	Operation string
+	Key       string
+	// Body is the raw request JSON; its canonical form is what identifies the
+	// request, so key order and whitespace do not matter.
+	Body []byte
+}
+
+// Receipt is what a write returned the first time.
+type Receipt struct {
+	// Status is the HTTP status of the first reply; a replay is always 200.
+	Status int
+	// Data is the JSON object returned, with "deduplicated" set to false the
+	// first time and true on a replay.
+	Data json.RawMessage
+	// Deduplicated is true when this is a replay.
+	Deduplicated bool
+}
+
+// Change performs the guarded write in tx and returns the HTTP status and the
+// JSON object to return (without "deduplicated", which Do adds).
+type Change func(ctx context.Context, tx *sql.Tx) (status int, data any, err error)
+
+// Do runs change exactly once per (credential, operation, key). A repeat with
+// the same canonical body returns the original receipt; a repeat with another
+// body returns 409 IDEMPOTENCY_CONFLICT.
+func Do(ctx context.Context, pool *sql.DB, req Request, change Change) (Receipt, error) {
+	canonical, err := httpx.CanonicalJSON(req.Body)
+	if err != nil {
+		return Receipt{}, err
+	}
+	digest := sha256.Sum256(canonical)
+	var receipt Receipt
+	err = db.Tx(ctx, pool, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `
+			INSERT INTO idempotency_records (credential_id, operation, idem_key, request_digest, status, receipt, created_at)
+			VALUES (?, ?, ?, ?, 0, '', ?)`,
+			req.CredentialID, req.Operation, req.Key, digest[:], db.Now())
+		if err != nil {
+			return err
+		}
+		status, data, err := change(ctx, tx)
+		if err != nil {
+			return err
+		}
+		body, err := json.Marshal(data)
+		if err != nil {
+			return fmt.Errorf("idem: encode receipt: %w", err)
+		}
+		if len(body) < 2 || body[0] != '{' || body[len(body)-1] != '}' {
+			return fmt.Errorf("idem: receipt of %s is not a JSON object", req.Operation)
+		}
+		if _, err := tx.ExecContext(ctx, `
+			UPDATE idempotency_records SET status = ?, receipt = ?
+			WHERE credential_id = ? AND operation = ? AND idem_key = ?`,
+			status, body, req.CredentialID, req.Operation, req.Key); err != nil {
+			return err
+		}
+		receipt = Receipt{Status: status, Data: withDeduplicated(body, false)}
+		return nil
+	})
+	if err == nil {
+		return receipt, nil
+	}
+	if !db.IsDuplicateKey(err) {
+		return Receipt{}, err
+	}
+	return replay(ctx, pool, req, digest)
+}
+
+// replay reads the committed record of a key that another transaction wrote.
+func replay(ctx context.Context, pool *sql.DB, req Request, digest [32]byte) (Receipt, error) {
+	var (
+		stored []byte
+		status int
+		body   []byte
+	)
+	err := pool.QueryRowContext(ctx, `
+		SELECT request_digest, status, receipt FROM idempotency_records
+		WHERE credential_id = ? AND operation = ? AND idem_key = ?`,
+		req.CredentialID, req.Operation, req.Key).Scan(&stored, &status, &body)
+	if errors.Is(err, sql.ErrNoRows) {
+		// The winner rolled back between our duplicate error and this read:
+		// nothing was changed, the client may simply retry.
+		return Receipt{}, httpx.Errorf(httpx.CodeUnavailable, "a concurrent request with this Idempotency-Key did not complete; retry")
+	}
+	if err != nil {
+		return Receipt{}, fmt.Errorf("idem: read receipt: %w", err)
+	}
+	if subtle.ConstantTimeCompare(stored, digest[:]) != 1 {
+		return Receipt{}, httpx.Errorf(httpx.CodeIdempotencyConflict, "Idempotency-Key was already used with a different request")
+	}
+	return Receipt{Status: http.StatusOK, Data: withDeduplicated(body, true), Deduplicated: true}, nil
+}
+
+// withDeduplicated appends the "deduplicated" member to a JSON object.
+func withDeduplicated(object []byte, dedup bool) json.RawMessage {
+	member := []byte(`"deduplicated":false}`)
+	if dedup {
+		member = []byte(`"deduplicated":true}`)
+	}
+	out := bytes.TrimSuffix(bytes.Clone(object), []byte("}"))
+	if len(bytes.TrimSpace(out)) > 1 {
+		out = append(out, ',')
+	}
+	return append(out, member...)
+}
+
+// Handle is the HTTP form of Do: it reads the Idempotency-Key header and
+// writes the receipt (or the error) in the envelope.
+func Handle(w http.ResponseWriter, r *http.Request, pool *sql.DB, credentialID string, body []byte, change Change) {
+	key, err := httpx.IdempotencyKey(r)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	receipt, err := Do(r.Context(), pool, Request{
+		CredentialID: credentialID,
+		Operation:    r.Method + " " + r.URL.Path,
+		Key:          key,
+		Body:         body,
+	}, change)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	httpx.WriteData(w, r, receipt.Status, receipt.Data)
+}

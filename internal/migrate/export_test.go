@@ -1,0 +1,4 @@
+package migrate
+
+// SplitStatements exposes splitStatements to the tests.
+var SplitStatements = splitStatements

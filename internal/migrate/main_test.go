@@ -1,0 +1,11 @@
+package migrate_test
+
+import (
+	"testing"
+
+	"github.com/orbitrun/orbit/internal/testdb"
+)
+
+func TestMain(m *testing.M) {
+	testdb.Main(m)
+}

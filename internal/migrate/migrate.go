@@ -1,0 +1,375 @@
+// Package migrate applies Orbit's schema migrations to a MySQL database.
+//
+// Migrations are .sql files applied forward only, in version order, each
+// recorded in schema_migrations with its SHA-256. MySQL commits DDL
+// implicitly, so a file is not atomic: it is recorded as 'applying' before
+// its first statement and as 'applied' after its last. A file that changed
+// after it was applied, an applied version the binary does not know, or a
+// file left 'applying' stops Up and Check with an error that says what to do.
+//
+// The pool must scan DATETIME as time.Time (parseTime=true), as pools made by
+// internal/db.Open do.
+package migrate
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// lockTimeoutSeconds is how long Up waits for another Up on the same
+// database to finish.
+const lockTimeoutSeconds = 60
+
+// States of a migration file, as Status reports them.
+const (
+	StateApplied  = "applied"  // applied and unchanged since
+	StatePending  = "pending"  // not applied yet
+	StateChanged  = "changed"  // applied, but the file differs from what was applied
+	StateUnknown  = "unknown"  // applied, but this binary has no such file
+	StateApplying = "applying" // started and never finished: half-applied
+)
+
+// Errors Up and Check wrap; the full message names the file and what to do.
+var (
+	// ErrBehind means files are pending and nothing is wrong otherwise:
+	// running Up brings the database up to date.
+	ErrBehind = errors.New("migrate: database schema is behind")
+
+	// ErrChanged means an applied file has changed since.
+	ErrChanged = errors.New("migrate: migration changed after it was applied")
+
+	// ErrUnknown means the database has a migration the binary lacks,
+	// usually because a newer orbit migrated it.
+	ErrUnknown = errors.New("migrate: unknown migration")
+
+	// ErrHalfApplied means a file was started and never finished.
+	ErrHalfApplied = errors.New("migrate: migration half-applied")
+)
+
+// FileStatus is the state of one migration, as Status reports it.
+type FileStatus struct {
+	Version   int
+	Name      string     // the file name; for StateUnknown, the name recorded in the database
+	State     string     // one of the State constants
+	AppliedAt *time.Time // UTC; nil unless applied
+}
+
+// createTable creates the table that records applied migrations.
+const createTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
+  version    INT          NOT NULL COMMENT 'migration version, from the file name',
+  name       VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'migration file name',
+  sha256     CHAR(64)     CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'SHA-256 of the file, lowercase hex',
+  state      ENUM('applying','applied') NOT NULL COMMENT 'applying while its statements run, applied once all succeeded',
+  started_at DATETIME(6)  NOT NULL COMMENT 'when applying began, UTC',
+  applied_at DATETIME(6)  NULL COMMENT 'when the last statement succeeded, UTC; NULL while applying',
+  PRIMARY KEY (version)
+) ENGINE=InnoDB COMMENT='platform migrations applied to this database'`
+
+// Up applies every pending migration of fsys to the database of pool, in
+// version order, and returns the names of the files it applied (none when
+// the database is up to date). It first checks every applied migration
+// against fsys and stops on a changed, unknown or half-applied one.
+//
+// Up holds a named lock (GET_LOCK) on one connection while it works, so Ups
+// from several nodes on one database run one after the other; it waits up to
+// 60 seconds for the lock. The lock name includes the database name, so
+// databases on one server do not wait for each other. If the connection
+// dies, the server releases the lock.
+//
+// A file whose first statement fails is unrecorded again, since nothing of it
+// ran. A file that fails later is left half-applied for a human to repair.
+func Up(ctx context.Context, pool *sql.DB, fsys fs.FS) (applied []string, err error) {
+	files, err := Load(fsys)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	defer conn.Close()
+
+	lock, err := lockName(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", lock, lockTimeoutSeconds).Scan(&got); err != nil {
+		return nil, fmt.Errorf("migrate: take lock %s: %w", lock, err)
+	}
+	if got.Int64 != 1 {
+		return nil, fmt.Errorf("migrate: lock %s is held by another migration for more than %d seconds", lock, lockTimeoutSeconds)
+	}
+	defer releaseLock(ctx, conn, lock)
+
+	if _, err := conn.ExecContext(ctx, createTable); err != nil {
+		return nil, fmt.Errorf("migrate: create schema_migrations: %w", err)
+	}
+	rows, err := readRows(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	if err := verify(files, rows); err != nil {
+		return nil, err
+	}
+	done := make(map[int]bool, len(rows))
+	for _, r := range rows {
+		done[r.version] = true
+	}
+	for _, f := range files {
+		if done[f.Version] {
+			continue
+		}
+		if err := apply(ctx, conn, f); err != nil {
+			return applied, err
+		}
+		applied = append(applied, f.Name)
+	}
+	return applied, nil
+}
+
+// Status returns the state of every migration file of fsys and of every
+// migration recorded in the database that fsys lacks, in version order. It
+// changes nothing; a database without schema_migrations has every file
+// pending.
+func Status(ctx context.Context, pool *sql.DB, fsys fs.FS) ([]FileStatus, error) {
+	files, err := Load(fsys)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := readRows(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	byVersion := make(map[int]row, len(rows))
+	for _, r := range rows {
+		byVersion[r.version] = r
+	}
+	var out []FileStatus
+	for _, f := range files {
+		r, ok := byVersion[f.Version]
+		delete(byVersion, f.Version)
+		st := FileStatus{Version: f.Version, Name: f.Name, State: StatePending}
+		if ok {
+			st.AppliedAt = r.appliedAt()
+			switch {
+			case r.state == StateApplying:
+				st.State = StateApplying
+			case r.sha256 != f.SHA256 || r.name != f.Name:
+				st.State = StateChanged
+			default:
+				st.State = StateApplied
+			}
+		}
+		out = append(out, st)
+	}
+	for _, r := range byVersion {
+		out = append(out, FileStatus{Version: r.version, Name: r.name, State: StateUnknown, AppliedAt: r.appliedAt()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, nil
+}
+
+// Check returns nil when every file of fsys is applied and unchanged. When
+// files are only pending it returns an error wrapping ErrBehind that lists
+// them; a changed, unknown or half-applied migration gives the same error Up
+// would, except that a file another process is applying right now counts as
+// pending. It changes nothing. orbit serve calls it to refuse a schema that
+// is behind.
+func Check(ctx context.Context, pool *sql.DB, fsys fs.FS) error {
+	files, err := Load(fsys)
+	if err != nil {
+		return err
+	}
+	rows, err := readRows(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if err := verify(files, rows); err != nil {
+		if errors.Is(err, ErrHalfApplied) && migrating(ctx, pool) {
+			return fmt.Errorf("%w: another process is applying migrations right now", ErrBehind)
+		}
+		return err
+	}
+	done := make(map[int]bool, len(rows))
+	for _, r := range rows {
+		done[r.version] = true
+	}
+	var pending []string
+	for _, f := range files {
+		if !done[f.Version] {
+			pending = append(pending, f.Name)
+		}
+	}
+	if len(pending) > 0 {
+		return fmt.Errorf("%w: pending %s; run orbit migrate up", ErrBehind, strings.Join(pending, ", "))
+	}
+	return nil
+}
+
+// row is one row of schema_migrations.
+type row struct {
+	version   int
+	name      string
+	sha256    string
+	state     string
+	startedAt time.Time
+	applied   sql.NullTime
+}
+
+func (r row) appliedAt() *time.Time {
+	if !r.applied.Valid {
+		return nil
+	}
+	t := r.applied.Time.UTC()
+	return &t
+}
+
+// querier is what readRows needs of a *sql.DB or *sql.Conn.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// readRows returns the rows of schema_migrations in version order, or none
+// when the table does not exist.
+func readRows(ctx context.Context, q querier) ([]row, error) {
+	rs, err := q.QueryContext(ctx, `SELECT version, name, sha256, state, started_at, applied_at
+		FROM schema_migrations ORDER BY version`)
+	if err != nil {
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == 1146 { // ER_NO_SUCH_TABLE
+			return nil, nil
+		}
+		return nil, fmt.Errorf("migrate: read schema_migrations: %w", err)
+	}
+	defer rs.Close()
+	var rows []row
+	for rs.Next() {
+		var r row
+		if err := rs.Scan(&r.version, &r.name, &r.sha256, &r.state, &r.startedAt, &r.applied); err != nil {
+			return nil, fmt.Errorf("migrate: read schema_migrations: %w", err)
+		}
+		rows = append(rows, r)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("migrate: read schema_migrations: %w", err)
+	}
+	return rows, nil
+}
+
+// verify checks the recorded migrations against files, in version order,
+// and returns the first problem.
+func verify(files []File, rows []row) error {
+	byVersion := make(map[int]File, len(files))
+	for _, f := range files {
+		byVersion[f.Version] = f
+	}
+	for _, r := range rows {
+		f, ok := byVersion[r.version]
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: database has migration %d (%s) that this binary does not know; upgrade orbit",
+				ErrUnknown, r.version, r.name)
+		case r.state == StateApplying:
+			return fmt.Errorf("%w: %s was started at %s UTC and never finished, so the schema may hold part of it; "+
+				"repair the schema by hand, then delete its row from schema_migrations to run it again, "+
+				"or set its state to 'applied' if it is complete",
+				ErrHalfApplied, r.name, r.startedAt.UTC().Format("2006-01-02 15:04:05"))
+		case r.name != f.Name:
+			return fmt.Errorf("%w: migration %d was applied as %s but the file is now %s", ErrChanged, r.version, r.name, f.Name)
+		case r.sha256 != f.SHA256:
+			return fmt.Errorf("%w: %s: database has sha256 %s, file has sha256 %s; restore the applied file and put the change in a new migration",
+				ErrChanged, f.Name, r.sha256, f.SHA256)
+		}
+	}
+	return nil
+}
+
+// apply runs one file on conn and records it.
+func apply(ctx context.Context, conn *sql.Conn, f File) error {
+	if _, err := conn.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, sha256, state, started_at)
+		VALUES (?, ?, ?, 'applying', UTC_TIMESTAMP(6))`, f.Version, f.Name, f.SHA256); err != nil {
+		return fmt.Errorf("migrate: %s: record start: %w", f.Name, err)
+	}
+	for i, stmt := range f.statements {
+		_, err := conn.ExecContext(ctx, stmt)
+		if err == nil {
+			continue
+		}
+		// A statement the server refused changed nothing; if it was the
+		// first one, nothing of the file ran and it may simply be retried.
+		var me *mysql.MySQLError
+		if i == 0 && errors.As(err, &me) {
+			if _, delErr := conn.ExecContext(ctx, `DELETE FROM schema_migrations WHERE version = ? AND state = 'applying'`, f.Version); delErr == nil {
+				return fmt.Errorf("migrate: %s: statement 1 of %d failed and nothing was applied; fix the file and run again: %w",
+					f.Name, len(f.statements), err)
+			}
+		}
+		return fmt.Errorf("migrate: %s: statement %d of %d failed; the file is half-applied and must be repaired by hand: %w\n%s",
+			f.Name, i+1, len(f.statements), err, stmt)
+	}
+	if _, err := conn.ExecContext(ctx, `UPDATE schema_migrations SET state = 'applied', applied_at = UTC_TIMESTAMP(6)
+		WHERE version = ?`, f.Version); err != nil {
+		return fmt.Errorf("migrate: %s: record end: %w", f.Name, err)
+	}
+	return nil
+}
+
+// lockName returns the name of the migration lock for the connection's
+// database. Lock names are server-wide and at most 64 characters long, so a
+// long database name is replaced by its digest.
+func lockName(ctx context.Context, conn *sql.Conn) (string, error) {
+	var database sql.NullString
+	if err := conn.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&database); err != nil {
+		return "", fmt.Errorf("migrate: %w", err)
+	}
+	if !database.Valid || database.String == "" {
+		return "", errors.New("migrate: the DSN names no database")
+	}
+	name := "orbit_migrate:" + database.String
+	if len(name) > 64 {
+		sum := sha256.Sum256([]byte(database.String))
+		name = "orbit_migrate:" + hex.EncodeToString(sum[:20])
+	}
+	return name, nil
+}
+
+// migrating reports whether an Up holds the migration lock of the pool's
+// database, in which case a file in state 'applying' is being applied now
+// rather than left half-applied.
+func migrating(ctx context.Context, pool *sql.DB) bool {
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	lock, err := lockName(ctx, conn)
+	if err != nil {
+		return false
+	}
+	var holder sql.NullInt64
+	err = conn.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", lock).Scan(&holder)
+	return err == nil && holder.Valid
+}
+
+// releaseLock releases the migration lock, even when ctx has ended. If that
+// fails, the connection is closed rather than returned to the pool, which
+// releases the lock on the server.
+func releaseLock(ctx context.Context, conn *sql.Conn, lock string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", lock); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+}

@@ -1,0 +1,176 @@
+// Package server assembles the HTTP server of `orbit serve`: the module host,
+// the shared router with the HTTP kit's middleware, and the health endpoints.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/orbitrun/orbit/config"
+	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/migrate"
+	"github.com/orbitrun/orbit/migrations"
+	"github.com/orbitrun/orbit/modules"
+)
+
+// healthTimeout bounds the database checks of /readyz.
+const healthTimeout = 2 * time.Second
+
+// Server is one orbit server node.
+type Server struct {
+	cfg     *config.Config
+	db      *sql.DB
+	logger  *slog.Logger
+	host    *modules.Host
+	handler http.Handler
+	http    *http.Server
+	serveCh chan error
+}
+
+// Params are the inputs of New.
+type Params struct {
+	Config    *config.Config
+	DB        *sql.DB
+	Logger    *slog.Logger
+	Instances modules.Instances
+}
+
+// New provisions the modules named by cfg.Server.Modules (every server module
+// when empty) and builds the router. Nothing runs until Start.
+func New(ctx context.Context, p Params) (*Server, error) {
+	ids := p.Config.Server.Modules
+	if len(ids) == 0 {
+		ids = modules.Role("server")
+	}
+	host, err := modules.NewHost(p.Instances, ids)
+	if err != nil {
+		return nil, err
+	}
+	env := &modules.Env{Config: p.Config, DB: p.DB, Logger: p.Logger}
+	if err := host.Provision(ctx, env); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: p.Config, db: p.DB, logger: p.Logger, host: host}
+	r := mux.NewRouter().SkipClean(true)
+	r.NotFoundHandler = httpx.NotFound()
+	r.MethodNotAllowedHandler = httpx.MethodNotAllowed()
+	r.Handle("/healthz", http.HandlerFunc(s.healthz)).Methods(http.MethodGet)
+	r.Handle("/readyz", http.HandlerFunc(s.readyz)).Methods(http.MethodGet)
+	host.Routes(r)
+	s.handler = httpx.Middleware(httpx.MiddlewareOptions{Logger: p.Logger, Deadline: p.Config.Server.RequestDeadline}, r)
+	return s, nil
+}
+
+// Handler returns the server's HTTP handler, for tests that serve it
+// themselves.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Modules returns the IDs of the modules this server runs, in start order.
+func (s *Server) Modules() []string { return s.host.IDs() }
+
+// StartModules starts the modules' background work without listening.
+func (s *Server) StartModules(ctx context.Context) error { return s.host.Start(ctx) }
+
+// Start starts the modules and then serves HTTP on ln in the background. A
+// failure to serve is reported by Wait.
+func (s *Server) Start(ctx context.Context, ln net.Listener) error {
+	if err := s.host.Start(ctx); err != nil {
+		return err
+	}
+	s.http = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+	}
+	s.serveCh = make(chan error, 1)
+	cert, key := s.cfg.Server.TLSCertFile, s.cfg.Server.TLSKeyFile
+	go func() {
+		var err error
+		if cert != "" {
+			s.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+			err = s.http.ServeTLS(ln, cert, key)
+		} else {
+			err = s.http.Serve(ln)
+		}
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		s.serveCh <- err
+	}()
+	return nil
+}
+
+// Wait blocks until the HTTP server stops and returns why.
+func (s *Server) Wait() error {
+	if s.serveCh == nil {
+		return nil
+	}
+	return <-s.serveCh
+}
+
+// Stop stops accepting requests, waits for running ones within ctx, then
+// stops the modules in reverse order. It is idempotent.
+func (s *Server) Stop(ctx context.Context) error {
+	var httpErr error
+	if s.http != nil {
+		httpErr = s.http.Shutdown(ctx)
+	}
+	modErr := s.host.Stop(ctx)
+	return errors.Join(httpErr, modErr)
+}
+
+type health struct {
+	Status string `json:"status"`
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	if _, err := httpx.Query(r); err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	httpx.WriteData(w, r, http.StatusOK, health{Status: "ok"})
+}
+
+// readyz answers 200 when the database answers and its schema is current.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if _, err := httpx.Query(r); err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
+	defer cancel()
+	if err := s.db.PingContext(ctx); err != nil {
+		s.logger.WarnContext(ctx, "readyz: database unreachable", "err", err)
+		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeUnavailable, "database unreachable"))
+		return
+	}
+	if err := migrate.Check(ctx, s.db, migrations.Files); err != nil {
+		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeUnavailable, "schema is not current: %s", firstLine(err)))
+		return
+	}
+	httpx.WriteData(w, r, http.StatusOK, health{Status: "ready"})
+}
+
+func firstLine(err error) string {
+	msg := err.Error()
+	for i, c := range msg {
+		if c == '\n' {
+			return msg[:i]
+		}
+	}
+	return msg
+}
+
+// Describe is a one-line summary for the start-up log.
+func (s *Server) Describe(addr string) string {
+	return fmt.Sprintf("orbit serving on %s with modules %v", addr, s.host.IDs())
+}

@@ -1,0 +1,89 @@
+// Package admin is the identity module: namespaces, applications,
+// environments, queues, credentials, permissions and queue grants. It serves
+// `GET /v1/credential` and provides the `orbit admin` commands.
+package admin
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/gorilla/mux"
+	"github.com/spf13/cobra"
+
+	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/modules"
+)
+
+func init() { modules.Register(&Module{}) }
+
+// Module is the admin module.
+type Module struct {
+	store *Store
+	auth  *auth.Authenticator
+}
+
+// OrbitModule returns the module's info.
+func (*Module) OrbitModule() modules.Info {
+	return modules.Info{
+		ID:    "admin",
+		Roles: []string{"server", "admin"},
+		New:   func() modules.Module { return &Module{} },
+	}
+}
+
+// Provision builds the store on the platform database.
+func (m *Module) Provision(_ context.Context, env *modules.Env) error {
+	m.store = NewStore(env.DB)
+	m.auth = auth.NewAuthenticator(env.DB)
+	return nil
+}
+
+// Routes mounts GET /v1/credential.
+func (m *Module) Routes(r *mux.Router) {
+	r.Handle("/v1/credential", m.auth.Require("", http.HandlerFunc(m.getCredential))).Methods(http.MethodGet)
+}
+
+// Commands returns `orbit admin`.
+func (m *Module) Commands(open modules.Opener) []*cobra.Command {
+	return []*cobra.Command{adminCommand(open)}
+}
+
+// credentialView is the wire form of the caller's own credential. It never
+// holds the token or its digest.
+type credentialView struct {
+	ID            string   `json:"id"`
+	NamespaceID   string   `json:"namespace_id"`
+	Namespace     string   `json:"namespace"`
+	ApplicationID string   `json:"application_id"`
+	Application   string   `json:"application"`
+	EnvironmentID string   `json:"environment_id"`
+	Environment   string   `json:"environment"`
+	Permissions   []string `json:"permissions"`
+	QueueIDs      []string `json:"queue_ids"`
+}
+
+func (m *Module) getCredential(w http.ResponseWriter, r *http.Request) {
+	if _, err := httpx.Query(r); err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	p := auth.FromContext(r.Context())
+	ns, app, env, err := m.store.ScopeNames(r.Context(), p.NamespaceID, p.ApplicationID, p.EnvironmentID)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	httpx.WriteData(w, r, http.StatusOK, credentialView{
+		ID: p.CredentialID, NamespaceID: p.NamespaceID, Namespace: ns,
+		ApplicationID: p.ApplicationID, Application: app,
+		EnvironmentID: p.EnvironmentID, Environment: env,
+		Permissions: p.SortedPermissions(), QueueIDs: p.SortedQueues(),
+	})
+}
+
+var (
+	_ modules.Provisioner = (*Module)(nil)
+	_ modules.Router      = (*Module)(nil)
+	_ modules.Commander   = (*Module)(nil)
+)

@@ -1,0 +1,304 @@
+package admin
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/db"
+)
+
+// Store reads and writes the identity tables.
+type Store struct {
+	db *sql.DB
+}
+
+// NewStore returns a Store on the platform database.
+func NewStore(pool *sql.DB) *Store { return &Store{db: pool} }
+
+// Scope names the objects a credential is bound to, by name and id.
+type Scope struct {
+	Namespace     string
+	NamespaceID   string
+	Application   string
+	ApplicationID string
+	Environment   string
+	EnvironmentID string
+	Queue         string
+	QueueID       string
+}
+
+// ScopeEnsureParams names the objects to find or create.
+type ScopeEnsureParams struct {
+	Namespace   string
+	Application string
+	Environment string
+	Queue       string
+}
+
+// ScopeEnsure finds the namespace, application, environment and queue with the
+// given names, creating the ones that are missing. It is safe to run
+// concurrently: a lost creation race reads the winner's row.
+func (s *Store) ScopeEnsure(ctx context.Context, p *ScopeEnsureParams) (Scope, error) {
+	sc := Scope{Namespace: p.Namespace, Application: p.Application, Environment: p.Environment, Queue: p.Queue}
+	var err error
+	if sc.NamespaceID, err = s.ensure(ctx, "namespaces", "", "", p.Namespace); err != nil {
+		return sc, err
+	}
+	if sc.ApplicationID, err = s.ensure(ctx, "applications", "namespace_id", sc.NamespaceID, p.Application); err != nil {
+		return sc, err
+	}
+	if sc.EnvironmentID, err = s.ensure(ctx, "environments", "application_id", sc.ApplicationID, p.Environment); err != nil {
+		return sc, err
+	}
+	if p.Queue != "" {
+		if sc.QueueID, err = s.ensure(ctx, "queues", "namespace_id", sc.NamespaceID, p.Queue); err != nil {
+			return sc, err
+		}
+	}
+	return sc, nil
+}
+
+// ensure returns the id of the named row under parent, inserting it first
+// when absent. table and parentCol are constants of this file.
+func (s *Store) ensure(ctx context.Context, table, parentCol, parentID, name string) (string, error) {
+	where, args := "name = ?", []any{name}
+	if parentCol != "" {
+		where, args = parentCol+" = ? AND name = ?", []any{parentID, name}
+	}
+	for attempt := 0; attempt < 2; attempt++ {
+		var id string
+		err := s.db.QueryRowContext(ctx, "SELECT id FROM "+table+" WHERE "+where, args...).Scan(&id)
+		if err == nil {
+			return id, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return "", fmt.Errorf("admin: find %s %q: %w", table, name, err)
+		}
+		id = db.NewID()
+		if parentCol == "" {
+			_, err = s.db.ExecContext(ctx, "INSERT INTO "+table+" (id, name, created_at) VALUES (?, ?, ?)", id, name, db.Now())
+		} else {
+			_, err = s.db.ExecContext(ctx, "INSERT INTO "+table+" (id, "+parentCol+", name, created_at) VALUES (?, ?, ?, ?)", id, parentID, name, db.Now())
+		}
+		if err == nil {
+			return id, nil
+		}
+		if !db.IsDuplicateKey(err) {
+			return "", fmt.Errorf("admin: create %s %q: %w", table, name, err)
+		}
+	}
+	return "", fmt.Errorf("admin: create %s %q: lost the creation race twice", table, name)
+}
+
+// Credential is a stored credential, without its token.
+type Credential struct {
+	ID            string
+	NamespaceID   string
+	ApplicationID string
+	EnvironmentID string
+	Label         string
+	Permissions   []string
+	Queues        []string
+	CreatedAt     time.Time
+	RevokedAt     *time.Time
+}
+
+// CredentialCreateParams describes a new credential.
+type CredentialCreateParams struct {
+	NamespaceID   string
+	ApplicationID string
+	EnvironmentID string
+	Label         string
+	Permissions   []string
+	Queues        []string
+}
+
+// CredentialCreate stores a new credential with its permissions and queue
+// grants in one transaction and returns it with its token. The token is shown
+// here once; only its digest is stored.
+func (s *Store) CredentialCreate(ctx context.Context, p *CredentialCreateParams) (Credential, string, error) {
+	for _, perm := range p.Permissions {
+		if !auth.ValidPermission(perm) {
+			return Credential{}, "", fmt.Errorf("admin: unknown permission %q (known: %s)", perm, strings.Join(auth.AllPermissions, ", "))
+		}
+	}
+	token, digest := auth.NewToken()
+	c := Credential{
+		ID: db.NewID(), NamespaceID: p.NamespaceID, ApplicationID: p.ApplicationID, EnvironmentID: p.EnvironmentID,
+		Label: p.Label, Permissions: dedupeSorted(p.Permissions), Queues: dedupeSorted(p.Queues), CreatedAt: db.Now(),
+	}
+	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `
+			INSERT INTO credentials (id, namespace_id, application_id, environment_id, token_digest, label, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			c.ID, c.NamespaceID, c.ApplicationID, c.EnvironmentID, digest[:], c.Label, c.CreatedAt); err != nil {
+			return err
+		}
+		for _, perm := range c.Permissions {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO credential_permissions (credential_id, permission) VALUES (?, ?)`, c.ID, perm); err != nil {
+				return err
+			}
+		}
+		for _, q := range c.Queues {
+			if err := queueInNamespace(ctx, tx, q, c.NamespaceID); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO credential_queue_grants (credential_id, queue_id) VALUES (?, ?)`, c.ID, q); err != nil {
+				return err
+			}
+		}
+		return audit(ctx, tx, c.NamespaceID, "credential.create", c.ID, c.Label)
+	})
+	if err != nil {
+		return Credential{}, "", fmt.Errorf("admin: create credential: %w", err)
+	}
+	return c, token, nil
+}
+
+func queueInNamespace(ctx context.Context, tx *sql.Tx, queueID, namespaceID string) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM queues WHERE id = ? AND namespace_id = ?`, queueID, namespaceID).Scan(&n); err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("queue %s does not exist in the credential's namespace", queueID)
+	}
+	return nil
+}
+
+// CredentialGrantQueues adds queue grants to a credential. Grants already held
+// are kept; queues must belong to the credential's namespace.
+func (s *Store) CredentialGrantQueues(ctx context.Context, credentialID string, queueIDs []string) error {
+	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
+		var ns string
+		if err := tx.QueryRowContext(ctx, `SELECT namespace_id FROM credentials WHERE id = ? FOR UPDATE`, credentialID).Scan(&ns); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("credential %s does not exist", credentialID)
+			}
+			return err
+		}
+		for _, q := range dedupeSorted(queueIDs) {
+			if err := queueInNamespace(ctx, tx, q, ns); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT IGNORE INTO credential_queue_grants (credential_id, queue_id) VALUES (?, ?)`, credentialID, q); err != nil {
+				return err
+			}
+			if err := audit(ctx, tx, ns, "credential.grant_queue", credentialID, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("admin: grant queues: %w", err)
+	}
+	return nil
+}
+
+// CredentialRevoke revokes a credential at once: its token stops working on
+// the next request. Revoking a revoked credential is a no-op.
+func (s *Store) CredentialRevoke(ctx context.Context, credentialID, reason string) error {
+	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
+		var ns string
+		var revoked sql.NullTime
+		err := tx.QueryRowContext(ctx, `SELECT namespace_id, revoked_at FROM credentials WHERE id = ? FOR UPDATE`, credentialID).Scan(&ns, &revoked)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("credential %s does not exist", credentialID)
+		}
+		if err != nil || revoked.Valid {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE credentials SET revoked_at = ? WHERE id = ?`, db.Now(), credentialID); err != nil {
+			return err
+		}
+		return audit(ctx, tx, ns, "credential.revoke", credentialID, reason)
+	})
+	if err != nil {
+		return fmt.Errorf("admin: revoke credential: %w", err)
+	}
+	return nil
+}
+
+// CredentialListParams filters the credential list. Empty fields match all.
+type CredentialListParams struct {
+	NamespaceID string
+}
+
+// CredentialList returns credentials, newest first, with their permissions and
+// grants.
+func (s *Store) CredentialList(ctx context.Context, p *CredentialListParams) ([]Credential, error) {
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT c.id, c.namespace_id, c.application_id, c.environment_id, c.label, c.created_at, c.revoked_at
+		FROM credentials c
+		WHERE (? = '' OR c.namespace_id = ?)
+		ORDER BY c.created_at DESC, c.id DESC`, p.NamespaceID, p.NamespaceID)
+	if err != nil {
+		return nil, fmt.Errorf("admin: list credentials: %w", err)
+	}
+	defer rows.Close()
+	var out []Credential
+	for rows.Next() {
+		var (
+			c       Credential
+			revoked sql.NullTime
+		)
+		if err := rows.Scan(&c.ID, &c.NamespaceID, &c.ApplicationID, &c.EnvironmentID, &c.Label, &c.CreatedAt, &revoked); err != nil {
+			return nil, fmt.Errorf("admin: list credentials: %w", err)
+		}
+		if revoked.Valid {
+			t := revoked.Time
+			c.RevokedAt = &t
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("admin: list credentials: %w", err)
+	}
+	rows.Close()
+	for i := range out {
+		if out[i].Permissions, out[i].Queues, err = auth.Grants(ctx, s.db, out[i].ID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// ScopeNames returns the names of the namespace, application and environment
+// of a credential's scope, for display.
+func (s *Store) ScopeNames(ctx context.Context, namespaceID, applicationID, environmentID string) (ns, app, env string, err error) {
+	err = s.db.QueryRowContext(ctx, `
+		SELECT n.name, a.name, e.name FROM namespaces n, applications a, environments e
+		WHERE n.id = ? AND a.id = ? AND e.id = ?`, namespaceID, applicationID, environmentID).Scan(&ns, &app, &env)
+	if err != nil {
+		return "", "", "", fmt.Errorf("admin: scope names: %w", err)
+	}
+	return ns, app, env, nil
+}
+
+// audit appends one record to the audit log inside tx.
+func audit(ctx context.Context, tx *sql.Tx, namespaceID, action, subjectID, reason string) error {
+	_, err := tx.ExecContext(ctx, `
+		INSERT INTO audit_log (id, namespace_id, credential_id, action, subject_id, reason, created_at)
+		VALUES (?, ?, NULL, ?, ?, ?, ?)`, db.NewID(), namespaceID, action, subjectID, reason, db.Now())
+	return err
+}
+
+func dedupeSorted(in []string) []string {
+	set := map[string]bool{}
+	out := []string{}
+	for _, v := range in {
+		if !set[v] {
+			set[v] = true
+			out = append(out, v)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

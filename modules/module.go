@@ -1,0 +1,176 @@
+// Package modules is the module-authoring API of the orbit binary and the host
+// that runs modules.
+//
+// A module is one package under modules/ with one struct that returns its Info.
+// The package registers the module in init() with Register, and cmd/orbit plugs
+// it into the binary with a blank import. Everything else a module can do is an
+// optional interface, discovered by type assertion: a config section
+// (Configurer, Validator), set-up (Provisioner), HTTP routes (Router), a
+// lifecycle (Starter, Stopper) and CLI commands (Commander).
+package modules
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sort"
+	"sync"
+
+	"github.com/gorilla/mux"
+	"github.com/spf13/cobra"
+
+	"github.com/orbitrun/orbit/config"
+)
+
+// Info identifies a module and declares its place in the module graph. Info
+// is static data: computing it must have no side effects.
+type Info struct {
+	// ID is the module's name and its YAML key, e.g. "inbox-receiver".
+	ID string
+	// Requires lists the IDs of modules that must start before this one.
+	Requires []string
+	// Roles names the sets this module belongs to: "server" modules run under
+	// `orbit serve`, "receiver" modules under `orbit receiver`, "admin"
+	// modules provide `orbit admin`.
+	Roles []string
+	// New returns a fresh, unconfigured instance.
+	New func() Module
+}
+
+// Module is implemented by every module.
+type Module interface {
+	OrbitModule() Info
+}
+
+// Configurer is implemented by modules that read a config section under their
+// ID. Config returns a pointer to the module's config struct, already holding
+// the defaults; the host decodes the section into it strictly (unknown keys are
+// errors) before Validate and Provision. It is called once per instance.
+type Configurer interface {
+	Config() any
+}
+
+// Validator is implemented by modules that check their config. Validate
+// returns every problem at once (use go-multierror), each naming the key at
+// fault. It must be fast and must not touch the network or the database.
+type Validator interface {
+	Validate() error
+}
+
+// Provisioner is implemented by modules that need set-up before routes are
+// mounted or Start is called: building stores, reading other modules. It is
+// called in dependency order; a failure aborts the run before anything starts.
+type Provisioner interface {
+	Provision(ctx context.Context, env *Env) error
+}
+
+// Router is implemented by modules that serve HTTP. Routes mounts the
+// module's handlers on the shared router; it is called after Provision.
+type Router interface {
+	Routes(r *mux.Router)
+}
+
+// Starter is implemented by modules with background work. Start must return
+// quickly, running its work in goroutines it owns until Stop.
+type Starter interface {
+	Start(ctx context.Context) error
+}
+
+// Stopper is implemented by modules with background work or resources. Stop
+// must be idempotent, bounded by ctx, and safe to call when Start was never
+// called or failed.
+type Stopper interface {
+	Stop(ctx context.Context) error
+}
+
+// Commander is implemented by modules that add CLI commands. Commands are
+// built before any config is read; a command calls open when it runs to get
+// the loaded config and an open database, and calls the returned close func
+// when done.
+type Commander interface {
+	Commands(open Opener) []*cobra.Command
+}
+
+// Opener loads configuration for a running CLI command and opens the platform
+// database. The returned func releases what it opened.
+type Opener func(cmd *cobra.Command) (*Env, func(), error)
+
+// Env is what the host hands to modules: shared infrastructure only, never
+// another module's fields.
+type Env struct {
+	Config *config.Config
+	DB     *sql.DB
+	Logger *slog.Logger
+
+	host *Host
+}
+
+// Module returns the running instance of the module with the given ID, for a
+// module that declared it in Requires. It returns nil when the module is not
+// part of this run.
+func (e *Env) Module(id string) Module {
+	if e.host == nil {
+		return nil
+	}
+	return e.host.byID[id]
+}
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Info{}
+	validID    = regexp.MustCompile(`^[a-z][a-z0-9]*(-[a-z0-9]+)*$`)
+)
+
+// Register adds a module to the binary. It is called from the module
+// package's init and panics on a programmer error: an invalid or duplicate ID,
+// or a missing constructor.
+func Register(m Module) {
+	info := m.OrbitModule()
+	if !validID.MatchString(info.ID) {
+		panic(fmt.Sprintf("modules: invalid module id %q", info.ID))
+	}
+	if info.New == nil {
+		panic(fmt.Sprintf("modules: module %q has no constructor", info.ID))
+	}
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if _, dup := registry[info.ID]; dup {
+		panic(fmt.Sprintf("modules: module %q registered twice", info.ID))
+	}
+	registry[info.ID] = info
+}
+
+// Registered returns the info of every registered module, sorted by ID.
+func Registered() []Info {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	infos := make([]Info, 0, len(registry))
+	for _, info := range registry {
+		infos = append(infos, info)
+	}
+	sort.Slice(infos, func(i, j int) bool { return infos[i].ID < infos[j].ID })
+	return infos
+}
+
+// Lookup returns the info of a registered module.
+func Lookup(id string) (Info, bool) {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	info, ok := registry[id]
+	return info, ok
+}
+
+// Role returns the IDs of the registered modules that belong to role, sorted.
+func Role(role string) []string {
+	var ids []string
+	for _, info := range Registered() {
+		for _, r := range info.Roles {
+			if r == role {
+				ids = append(ids, info.ID)
+			}
+		}
+	}
+	return ids
+}
