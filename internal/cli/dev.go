@@ -30,8 +30,8 @@ const (
 	devCredentialsFile = "dev.credentials.json"
 	// devDSNFile holds the local database's DSN while `orbit dev` runs, so
 	// that other orbit commands started from the same directory find it.
-	devDSNFile = "dev.dsn"
-	devStartTimeout    = 90 * time.Second
+	devDSNFile      = "dev.dsn"
+	devStartTimeout = 90 * time.Second
 )
 
 func devCommand(app *App) *cobra.Command {
