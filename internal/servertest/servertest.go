@@ -21,6 +21,7 @@ import (
 	"github.com/orbitrun/orbit/internal/testdb"
 	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/admin"
+	_ "github.com/orbitrun/orbit/modules/all"
 )
 
 // Server is a running test server.

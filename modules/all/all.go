@@ -1,0 +1,9 @@
+// Package all plugs every platform module into a binary. cmd/orbit (through
+// internal/cli) and the test server import it; adding a module to Orbit is
+// one line here.
+package all
+
+import (
+	_ "github.com/orbitrun/orbit/modules/admin"
+	_ "github.com/orbitrun/orbit/modules/tasks"
+)

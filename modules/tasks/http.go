@@ -1,0 +1,326 @@
+package tasks
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"io"
+	"net/http"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/gorilla/mux"
+
+	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/idem"
+)
+
+// Limits of task requests.
+const (
+	MaxInputBytes      = 256 << 10
+	DefaultMaxAttempts = 3
+	MaxMaxAttempts     = 100
+	MaxReasonChars     = 1024
+)
+
+func (m *Module) routes(r *mux.Router) {
+	a := m.auth
+	r.Handle("/v1/tasks", a.Require(auth.PermTasksSubmit, http.HandlerFunc(m.submit))).Methods(http.MethodPost)
+	r.Handle("/v1/tasks", a.Require(auth.PermTasksRead, http.HandlerFunc(m.list))).Methods(http.MethodGet)
+	r.Handle("/v1/tasks/{id}", a.Require(auth.PermTasksRead, http.HandlerFunc(m.get))).Methods(http.MethodGet)
+	r.Handle("/v1/tasks/{id}:cancel", a.Require(auth.PermTasksCancel, http.HandlerFunc(m.cancel))).Methods(http.MethodPost)
+	r.Handle("/v1/tasks/{id}:review", a.Require(auth.PermTasksReview, http.HandlerFunc(m.review))).Methods(http.MethodPost)
+}
+
+// readBody reads and strictly decodes a JSON body, returning the raw bytes
+// for the idempotency digest.
+func readBody(r *http.Request, dst any) ([]byte, error) {
+	if _, err := httpx.Query(r); err != nil {
+		return nil, err
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, httpx.MaxBodyBytes+1))
+	if err != nil {
+		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "request body could not be read")
+	}
+	r.Body = io.NopCloser(bytes.NewReader(raw))
+	if err := httpx.DecodeJSON(r, dst); err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
+
+type submitRequest struct {
+	QueueID     *string        `json:"queue_id"`
+	Input       jsontext.Value `json:"input"`
+	Idempotent  *bool          `json:"idempotent"`
+	MaxAttempts *int           `json:"max_attempts"`
+}
+
+type taskReceipt struct {
+	Task TaskView `json:"task"`
+}
+
+func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
+	p := auth.FromContext(r.Context())
+	var req submitRequest
+	raw, err := readBody(r, &req)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	if err := httpx.Required(
+		httpx.Field{Path: "queue_id", Present: req.QueueID != nil},
+		httpx.Field{Path: "input", Present: req.Input != nil},
+	); err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	if !httpx.ValidID(*req.QueueID) {
+		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "queue_id must be 32 lowercase hex characters"))
+		return
+	}
+	input := bytes.TrimSpace(req.Input)
+	if len(input) > MaxInputBytes {
+		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "input exceeds %d bytes", MaxInputBytes))
+		return
+	}
+	maxAttempts := DefaultMaxAttempts
+	if req.MaxAttempts != nil {
+		if *req.MaxAttempts < 1 || *req.MaxAttempts > MaxMaxAttempts {
+			httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "max_attempts must be between 1 and %d", MaxMaxAttempts))
+			return
+		}
+		maxAttempts = *req.MaxAttempts
+	}
+	if !p.HasQueue(*req.QueueID) {
+		httpx.WriteError(w, r, auth.ErrNotFound("queue"))
+		return
+	}
+	idempotent := req.Idempotent != nil && *req.Idempotent
+	idem.Handle(w, r, m.store.DB(), p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
+		t, err := TaskInsert(ctx, tx, &TaskInsertParams{
+			NamespaceID: p.NamespaceID, QueueID: *req.QueueID, CredentialID: p.CredentialID,
+			Input: input, Idempotent: idempotent, MaxAttempts: maxAttempts,
+		})
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusCreated, taskReceipt{Task: t.View(false)}, nil
+	})
+	// Handle returns after the commit: wake the workers of this node now.
+	m.Submitted.Notify()
+}
+
+// loadVisible returns the task named in the path if the caller's grants
+// cover its queue; otherwise 404, whether or not it exists (C-3).
+func (m *Module) loadVisible(r *http.Request) (*Task, error) {
+	id := mux.Vars(r)["id"]
+	if !httpx.ValidID(id) {
+		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "task id must be 32 lowercase hex characters")
+	}
+	t, err := TaskGet(r.Context(), m.store.DB(), id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, auth.ErrNotFound("task")
+	}
+	if err != nil {
+		return nil, err
+	}
+	p := auth.FromContext(r.Context())
+	if t.NamespaceID != p.NamespaceID || !p.HasQueue(t.QueueID) {
+		return nil, auth.ErrNotFound("task")
+	}
+	return t, nil
+}
+
+func (m *Module) get(w http.ResponseWriter, r *http.Request) {
+	if _, err := httpx.Query(r); err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	t, err := m.loadVisible(r)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	httpx.WriteData(w, r, http.StatusOK, t.View(true))
+}
+
+type listPage struct {
+	Items      []TaskView `json:"items"`
+	NextCursor string     `json:"next_cursor,omitempty"`
+}
+
+func (m *Module) list(w http.ResponseWriter, r *http.Request) {
+	q, err := httpx.Query(r, "queue_id", "state", "limit", "cursor")
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	queueID, ok := q["queue_id"]
+	if !ok {
+		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "query parameter queue_id is required"))
+		return
+	}
+	if !httpx.ValidID(queueID) {
+		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "queue_id must be 32 lowercase hex characters"))
+		return
+	}
+	state := q["state"]
+	switch state {
+	case "", StatePending, StateRunning, StateSucceeded, StateFailed, StateCancelled, StateNeedsReview:
+	default:
+		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "state must be one of PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, NEEDS_REVIEW"))
+		return
+	}
+	limit, err := httpx.Limit(q)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	p := auth.FromContext(r.Context())
+	if !p.HasQueue(queueID) {
+		httpx.WriteError(w, r, auth.ErrNotFound("queue"))
+		return
+	}
+	binding := "tasks|" + p.CredentialID + "|" + p.NamespaceID + "|queue=" + queueID + "|state=" + state
+	params := &TaskListParams{QueueID: queueID, State: state, Limit: limit}
+	if c, ok := q["cursor"]; ok {
+		pos, err := httpx.DecodeCursor(c, binding)
+		if err != nil {
+			httpx.WriteError(w, r, err)
+			return
+		}
+		params.After = &pos
+	}
+	rows, err := TaskList(r.Context(), m.store.DB(), params)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	page := listPage{Items: []TaskView{}}
+	for i, t := range rows {
+		if i == limit {
+			last := rows[limit-1]
+			page.NextCursor = httpx.EncodeCursor(binding, httpx.Cursor{CreatedAt: last.CreatedAt, ID: last.ID})
+			break
+		}
+		page.Items = append(page.Items, t.View(false))
+	}
+	httpx.WriteData(w, r, http.StatusOK, page)
+}
+
+type cancelRequest struct {
+	Reason *string `json:"reason"`
+}
+
+func (m *Module) cancel(w http.ResponseWriter, r *http.Request) {
+	var req cancelRequest
+	raw, err := readBody(r, &req)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	reason := ""
+	if req.Reason != nil {
+		reason = *req.Reason
+		if utf8.RuneCountInString(reason) > MaxReasonChars {
+			httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "reason exceeds %d characters", MaxReasonChars))
+			return
+		}
+	}
+	t, err := m.loadVisible(r)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	p := auth.FromContext(r.Context())
+	idem.Handle(w, r, m.store.DB(), p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
+		after, _, err := TaskCancel(ctx, tx, t.ID, reason)
+		if err != nil {
+			return 0, nil, err
+		}
+		if err := audit(ctx, tx, p, "task.cancel", t.ID, reason); err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, taskReceipt{Task: after.View(false)}, nil
+	})
+	m.Appended.Notify()
+	m.CancelRequested.Notify()
+}
+
+type reviewRequest struct {
+	ExpectedRevision *httpx.Uint64  `json:"expected_revision"`
+	Resolution       *string        `json:"resolution"`
+	Reason           *string        `json:"reason"`
+	Result           jsontext.Value `json:"result"`
+}
+
+func (m *Module) review(w http.ResponseWriter, r *http.Request) {
+	var req reviewRequest
+	raw, err := readBody(r, &req)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	if err := httpx.Required(
+		httpx.Field{Path: "expected_revision", Present: req.ExpectedRevision != nil},
+		httpx.Field{Path: "resolution", Present: req.Resolution != nil},
+		httpx.Field{Path: "reason", Present: req.Reason != nil},
+	); err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	switch *req.Resolution {
+	case ResolutionRequeue, ResolutionSucceeded, ResolutionFailed:
+	default:
+		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "resolution must be requeue, succeeded or failed"))
+		return
+	}
+	if n := utf8.RuneCountInString(*req.Reason); n == 0 || n > MaxReasonChars {
+		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "reason must be 1 to %d characters", MaxReasonChars))
+		return
+	}
+	var result []byte
+	if req.Result != nil {
+		if *req.Resolution == ResolutionRequeue {
+			httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "result is not allowed with resolution requeue"))
+			return
+		}
+		result = bytes.TrimSpace(req.Result)
+		if len(result) > MaxInputBytes {
+			httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "result exceeds %d bytes", MaxInputBytes))
+			return
+		}
+	}
+	t, err := m.loadVisible(r)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	p := auth.FromContext(r.Context())
+	idem.Handle(w, r, m.store.DB(), p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
+		after, _, err := TaskReview(ctx, tx, &TaskReviewParams{
+			ID: t.ID, ExpectedRevision: uint64(*req.ExpectedRevision), Resolution: *req.Resolution,
+			Reason: *req.Reason, Result: result,
+		})
+		if err != nil {
+			return 0, nil, err
+		}
+		if err := audit(ctx, tx, p, "task.review."+*req.Resolution, t.ID, *req.Reason); err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, taskReceipt{Task: after.View(false)}, nil
+	})
+	m.Appended.Notify()
+	m.Submitted.Notify()
+}
+
+func audit(ctx context.Context, tx *sql.Tx, p *auth.Principal, action, subjectID, reason string) error {
+	_, err := tx.ExecContext(ctx, `
+		INSERT INTO audit_log (id, namespace_id, credential_id, action, subject_id, reason, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`, db.NewID(), p.NamespaceID, p.CredentialID, action, subjectID, reason, db.Now())
+	return err
+}

@@ -1,0 +1,440 @@
+package tasks
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/httpx"
+)
+
+// Attempt states.
+const (
+	AttemptRunning   = "RUNNING"
+	AttemptCompleted = "COMPLETED"
+	AttemptReleased  = "RELEASED"
+	AttemptExpired   = "EXPIRED"
+)
+
+// Outcomes a worker may report.
+const (
+	OutcomeSucceeded   = "succeeded"
+	OutcomeFailed      = "failed"
+	OutcomeNeedsReview = "needs_review"
+	OutcomeCancelled   = "cancelled"
+)
+
+// CodeTaskLeaseLost is the worker-protocol error for a proof that is not the
+// task's current lease (T-5). A wrong secret gets the same answer.
+const CodeTaskLeaseLost httpx.Code = "TASK_LEASE_LOST"
+
+// ErrLeaseLost is returned for a completion or release whose proof does not
+// hold the task's current lease.
+var ErrLeaseLost = httpx.Errorf(CodeTaskLeaseLost, "the lease is no longer held by this proof")
+
+// Assignment is one task leased to a worker session.
+type Assignment struct {
+	Task        *Task
+	AttemptID   string
+	Epoch       uint64
+	LeaseUntil  time.Time
+	LeaseSecret string
+}
+
+// SessionOpenParams describe a worker connection.
+type SessionOpenParams struct {
+	QueueID      string
+	CredentialID string
+	WorkerName   string
+	Capacity     int
+}
+
+// SessionOpen records a new worker session and returns its id.
+func (s *Store) SessionOpen(ctx context.Context, p *SessionOpenParams) (string, error) {
+	id := db.NewID()
+	_, err := s.db.ExecContext(ctx, `
+		INSERT INTO worker_sessions (id, queue_id, credential_id, worker_name, capacity, connected_at)
+		VALUES (?, ?, ?, ?, ?, ?)`, id, p.QueueID, p.CredentialID, p.WorkerName, p.Capacity, db.Now())
+	if err != nil {
+		return "", fmt.Errorf("tasks: open session: %w", err)
+	}
+	return id, nil
+}
+
+// SessionClose marks a session closed. Its leases stay until they expire or
+// are completed: a completion proof is not bound to the session.
+func (s *Store) SessionClose(ctx context.Context, sessionID string) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE worker_sessions SET closed_at = ? WHERE id = ? AND closed_at IS NULL`, db.Now(), sessionID)
+	if err != nil {
+		return fmt.Errorf("tasks: close session: %w", err)
+	}
+	return nil
+}
+
+// Lease assigns up to the session's free capacity of PENDING tasks of its
+// queue (T-4). Capacity is checked against the session row, locked in the
+// same transaction, so it holds across nodes; SKIP LOCKED lets many sessions
+// lease from one queue without ever assigning a task twice. The leases are
+// committed before Lease returns, so callers send task.assign only for
+// persisted leases.
+func (s *Store) Lease(ctx context.Context, sessionID string, leaseDuration time.Duration) ([]Assignment, error) {
+	var out []Assignment
+	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
+		out = nil
+		var queueID string
+		var capacity int
+		var closed sql.NullTime
+		err := tx.QueryRowContext(ctx, `SELECT queue_id, capacity, closed_at FROM worker_sessions WHERE id = ? FOR UPDATE`, sessionID).
+			Scan(&queueID, &capacity, &closed)
+		if err != nil {
+			return err
+		}
+		if closed.Valid {
+			return nil
+		}
+		var held int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM task_attempts WHERE session_id = ? AND state = 'RUNNING'`, sessionID).Scan(&held); err != nil {
+			return err
+		}
+		free := capacity - held
+		if free <= 0 {
+			return nil
+		}
+		now := db.Now()
+		rows, err := tx.QueryContext(ctx, `SELECT `+taskColumns+` FROM tasks
+			WHERE queue_id = ? AND state = 'PENDING' AND available_at <= ?
+			ORDER BY available_at, created_at LIMIT ? FOR UPDATE SKIP LOCKED`, queueID, now, free)
+		if err != nil {
+			return err
+		}
+		var picked []*Task
+		for rows.Next() {
+			t, err := scanTask(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			picked = append(picked, t)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, t := range picked {
+			secret, digest := newLeaseSecret()
+			a := Assignment{Task: t, AttemptID: db.NewID(), LeaseUntil: now.Add(leaseDuration), LeaseSecret: secret}
+			t.Attempts++
+			t.LeaseEpoch++
+			t.CurrentAttemptID = a.AttemptID
+			t.CancelRequested = false
+			a.Epoch = t.LeaseEpoch
+			if _, err := transition(ctx, tx, t, StateRunning, "", Details{}); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `
+				INSERT INTO task_attempts (id, task_id, queue_id, session_id, epoch, lease_secret_digest, lease_until, state, started_at)
+				VALUES (?, ?, ?, ?, ?, ?, ?, 'RUNNING', ?)`,
+				a.AttemptID, t.ID, t.QueueID, sessionID, a.Epoch, digest[:], a.LeaseUntil, now); err != nil {
+				return err
+			}
+			out = append(out, a)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tasks: lease: %w", err)
+	}
+	return out, nil
+}
+
+func newLeaseSecret() (string, [32]byte) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic("tasks: crypto/rand failed: " + err.Error())
+	}
+	secret := base64.RawURLEncoding.EncodeToString(b)
+	return secret, sha256.Sum256([]byte(secret))
+}
+
+// Proof identifies a lease: the attempt, its epoch and the secret sent in
+// task.assign.
+type Proof struct {
+	TaskID      string
+	AttemptID   string
+	Epoch       uint64
+	LeaseSecret string
+}
+
+type attemptRow struct {
+	taskID string
+	epoch  uint64
+	digest []byte
+	state  string
+	reply  sql.NullString
+}
+
+// attemptLock locks the attempt named by p and checks the proof in constant
+// time. Any mismatch is ErrLeaseLost, indistinguishable from a lost lease.
+func attemptLock(ctx context.Context, tx *sql.Tx, p *Proof) (*attemptRow, error) {
+	var a attemptRow
+	err := tx.QueryRowContext(ctx, `SELECT task_id, epoch, lease_secret_digest, state, reply FROM task_attempts WHERE id = ? FOR UPDATE`, p.AttemptID).
+		Scan(&a.taskID, &a.epoch, &a.digest, &a.state, &a.reply)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrLeaseLost
+	}
+	if err != nil {
+		return nil, err
+	}
+	digest := sha256.Sum256([]byte(p.LeaseSecret))
+	ok := subtle.ConstantTimeCompare(a.digest, digest[:]) == 1
+	if !ok || a.taskID != p.TaskID || a.epoch != p.Epoch {
+		return nil, ErrLeaseLost
+	}
+	return &a, nil
+}
+
+// CompleteParams are a worker's report of an attempt's outcome.
+type CompleteParams struct {
+	Proof
+	Outcome      string
+	Result       []byte
+	ErrorCode    string
+	ErrorMessage string
+}
+
+// CompleteReply is what task.complete answers; a repeat of the same
+// completion gets the original with Deduplicated set.
+type CompleteReply struct {
+	TaskID       string       `json:"task_id"`
+	AttemptID    string       `json:"attempt_id"`
+	Outcome      string       `json:"outcome"`
+	State        string       `json:"state"`
+	Revision     httpx.Uint64 `json:"revision"`
+	Deduplicated bool         `json:"deduplicated"`
+}
+
+// Complete applies a worker's outcome (T-5, T-7): idempotent by the proof; a
+// proof that is not the task's current lease gets ErrLeaseLost and changes
+// nothing. A lease whose time ran out may still complete until the sweeper
+// has expired it.
+func (s *Store) Complete(ctx context.Context, p *CompleteParams) (CompleteReply, *Event, error) {
+	var (
+		reply CompleteReply
+		event *Event
+	)
+	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
+		event = nil
+		a, err := attemptLock(ctx, tx, &p.Proof)
+		if err != nil {
+			return err
+		}
+		if a.state == AttemptCompleted && a.reply.Valid {
+			if err := json.Unmarshal([]byte(a.reply.String), &reply); err != nil {
+				return fmt.Errorf("tasks: stored reply: %w", err)
+			}
+			reply.Deduplicated = true
+			return nil
+		}
+		if a.state != AttemptRunning {
+			return ErrLeaseLost
+		}
+		t, err := taskLock(ctx, tx, p.TaskID)
+		if err != nil {
+			return err
+		}
+		if t.State != StateRunning || t.CurrentAttemptID != p.AttemptID {
+			return ErrLeaseLost
+		}
+		if event, err = s.applyOutcome(ctx, tx, t, p); err != nil {
+			return err
+		}
+		reply = CompleteReply{TaskID: t.ID, AttemptID: p.AttemptID, Outcome: p.Outcome, State: t.State, Revision: httpx.Uint64(t.Revision)}
+		stored, err := json.Marshal(reply)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE task_attempts SET state = 'COMPLETED', outcome = ?, reply = ?, ended_at = ? WHERE id = ?`,
+			p.Outcome, string(stored), db.Now(), p.AttemptID)
+		return err
+	})
+	if err != nil {
+		return CompleteReply{}, nil, fmt.Errorf("tasks: complete: %w", err)
+	}
+	return reply, event, nil
+}
+
+func (s *Store) applyOutcome(ctx context.Context, tx *sql.Tx, t *Task, p *CompleteParams) (*Event, error) {
+	switch p.Outcome {
+	case OutcomeSucceeded:
+		t.Result, t.ErrorCode, t.ErrorMessage = p.Result, "", ""
+		return transition(ctx, tx, t, StateSucceeded, EventSucceeded, Details{Reason: ReasonCompleted})
+	case OutcomeFailed:
+		t.ErrorCode, t.ErrorMessage = p.ErrorCode, p.ErrorMessage
+		if t.Idempotent && t.Attempts < t.MaxAttempts {
+			t.AvailableAt = db.Now().Add(s.Backoff(t.Attempts))
+			return transition(ctx, tx, t, StatePending, EventRequeued, Details{Reason: ReasonAttemptFailed, ErrorCode: p.ErrorCode})
+		}
+		t.Result = p.Result
+		return transition(ctx, tx, t, StateFailed, EventFailed, Details{Reason: ReasonAttemptFailed, ErrorCode: p.ErrorCode})
+	case OutcomeNeedsReview:
+		t.Result = p.Result
+		return transition(ctx, tx, t, StateNeedsReview, EventNeedsReview, Details{Reason: ReasonWorkerReview})
+	case OutcomeCancelled:
+		reason := ReasonWorkerCancelled
+		if t.CancelRequested {
+			reason = ReasonCancelRequested
+		}
+		return transition(ctx, tx, t, StateCancelled, EventCancelled, Details{Reason: reason})
+	}
+	return nil, httpx.Errorf(httpx.CodeInvalidArgument, "outcome must be succeeded, failed, needs_review or cancelled")
+}
+
+// Release returns a task whose effect never started to PENDING (the attempt
+// does not count against the budget). Releasing twice is harmless.
+func (s *Store) Release(ctx context.Context, p *Proof, reason string) (*Event, error) {
+	var event *Event
+	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
+		event = nil
+		a, err := attemptLock(ctx, tx, p)
+		if err != nil {
+			return err
+		}
+		if a.state == AttemptReleased {
+			return nil
+		}
+		if a.state != AttemptRunning {
+			return ErrLeaseLost
+		}
+		t, err := taskLock(ctx, tx, p.TaskID)
+		if err != nil {
+			return err
+		}
+		if t.State != StateRunning || t.CurrentAttemptID != p.AttemptID {
+			return ErrLeaseLost
+		}
+		t.Attempts--
+		t.AvailableAt = db.Now()
+		if t.CancelRequested {
+			event, err = transition(ctx, tx, t, StateCancelled, EventCancelled, Details{Reason: ReasonCancelRequested})
+		} else {
+			event, err = transition(ctx, tx, t, StatePending, EventRequeued, Details{Reason: ReasonReleased})
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE task_attempts SET state = 'RELEASED', outcome = NULL, reply = ?, ended_at = ? WHERE id = ?`,
+			reason, db.Now(), p.AttemptID)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tasks: release: %w", err)
+	}
+	return event, nil
+}
+
+// Renew extends every running lease of a session to now + leaseDuration
+// (worker.ping) and returns how many it renewed.
+func (s *Store) Renew(ctx context.Context, sessionID string, leaseDuration time.Duration) (int, error) {
+	now := db.Now()
+	res, err := s.db.ExecContext(ctx, `UPDATE task_attempts SET lease_until = ? WHERE session_id = ? AND state = 'RUNNING' AND lease_until >= ?`,
+		now.Add(leaseDuration), sessionID, now)
+	if err != nil {
+		return 0, fmt.Errorf("tasks: renew: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
+// CancelRequested returns the attempts of a session whose tasks have a
+// pending cancel request, so the worker can be told (task.cancel).
+func (s *Store) CancelRequested(ctx context.Context, sessionID string) ([]Proof, error) {
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT a.task_id, a.id FROM task_attempts a JOIN tasks t ON t.id = a.task_id AND t.current_attempt_id = a.id
+		WHERE a.session_id = ? AND a.state = 'RUNNING' AND t.cancel_requested = 1`, sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: cancel requests: %w", err)
+	}
+	defer rows.Close()
+	var out []Proof
+	for rows.Next() {
+		var p Proof
+		if err := rows.Scan(&p.TaskID, &p.AttemptID); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// ExpireLeases recovers up to batch attempts whose lease ran out (T-6): an
+// idempotent task with attempts left goes back to PENDING (task.requeued);
+// an idempotent task without attempts ends FAILED and a non-idempotent one
+// NEEDS_REVIEW, both with effect_uncertain. It returns the events appended.
+func (s *Store) ExpireLeases(ctx context.Context, batch int) ([]Event, error) {
+	var events []Event
+	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
+		events = nil
+		now := db.Now()
+		rows, err := tx.QueryContext(ctx, `SELECT id, task_id FROM task_attempts
+			WHERE state = 'RUNNING' AND lease_until < ? ORDER BY lease_until LIMIT ? FOR UPDATE SKIP LOCKED`, now, batch)
+		if err != nil {
+			return err
+		}
+		type expired struct{ attemptID, taskID string }
+		var list []expired
+		for rows.Next() {
+			var e expired
+			if err := rows.Scan(&e.attemptID, &e.taskID); err != nil {
+				rows.Close()
+				return err
+			}
+			list = append(list, e)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, e := range list {
+			if _, err := tx.ExecContext(ctx, `UPDATE task_attempts SET state = 'EXPIRED', ended_at = ? WHERE id = ?`, now, e.attemptID); err != nil {
+				return err
+			}
+			t, err := taskLock(ctx, tx, e.taskID)
+			if err != nil {
+				return err
+			}
+			if t.State != StateRunning || t.CurrentAttemptID != e.attemptID {
+				continue
+			}
+			var ev *Event
+			switch {
+			case t.Idempotent && t.Attempts < t.MaxAttempts:
+				t.AvailableAt = now
+				ev, err = transition(ctx, tx, t, StatePending, EventRequeued, Details{Reason: ReasonLeaseExpired})
+			case t.Idempotent:
+				t.EffectUncertain = true
+				t.ErrorCode, t.ErrorMessage = ReasonLeaseExpired, "the worker's lease expired and no attempts remain"
+				ev, err = transition(ctx, tx, t, StateFailed, EventFailed, Details{Reason: ReasonLeaseExpired})
+			default:
+				t.EffectUncertain = true
+				ev, err = transition(ctx, tx, t, StateNeedsReview, EventNeedsReview, Details{Reason: ReasonLeaseExpired})
+			}
+			if err != nil {
+				return err
+			}
+			events = append(events, *ev)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tasks: expire leases: %w", err)
+	}
+	return events, nil
+}

@@ -1,0 +1,238 @@
+package tasks
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/httpx"
+)
+
+// The result log (T-8 … T-11).
+//
+// Sequences are allocated by locking the queue's head row in the appending
+// transaction: the row lock is held until COMMIT, so the transaction that
+// takes sequence N+1 cannot commit before the one holding N has committed or
+// rolled back (and a rollback returns N to the head). A reader that has seen
+// N therefore never later sees a committed sequence <= N appear, and there
+// are no gaps. The cost is that appends to one queue are serialised; appends
+// to different queues do not contend.
+
+// appendEvent appends one event for t (already updated to its new state) to
+// its queue's log inside tx and returns the event.
+func appendEvent(ctx context.Context, tx *sql.Tx, t *Task, eventType string, details Details, now time.Time) (Event, error) {
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO queue_streams (queue_id, head_sequence, updated_at) VALUES (?, 1, ?)
+		ON DUPLICATE KEY UPDATE head_sequence = head_sequence + 1, updated_at = VALUES(updated_at)`,
+		t.QueueID, now); err != nil {
+		return Event{}, fmt.Errorf("tasks: advance log head: %w", err)
+	}
+	var seq uint64
+	if err := tx.QueryRowContext(ctx, `SELECT head_sequence FROM queue_streams WHERE queue_id = ?`, t.QueueID).Scan(&seq); err != nil {
+		return Event{}, fmt.Errorf("tasks: read log head: %w", err)
+	}
+	snapshot, err := json.Marshal(Snapshot{
+		SchemaVersion: 1, TaskID: t.ID, QueueID: t.QueueID, State: t.State,
+		Revision: httpx.Uint64(t.Revision), EffectUncertain: t.EffectUncertain,
+		Result: t.Result, CurrentAttemptID: t.CurrentAttemptID,
+	})
+	if err != nil {
+		return Event{}, fmt.Errorf("tasks: encode snapshot: %w", err)
+	}
+	detailsJSON, err := json.Marshal(details)
+	if err != nil {
+		return Event{}, fmt.Errorf("tasks: encode details: %w", err)
+	}
+	ev := Event{
+		ID: db.NewID(), Sequence: httpx.Uint64(seq), Type: eventType, AggregateKind: "task",
+		AggregateID: t.ID, AggregateRevision: httpx.Uint64(t.Revision), OccurredAt: httpx.FormatTime(now),
+		Details: detailsJSON, Snapshot: snapshot,
+	}
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO result_events (queue_id, sequence, id, type, task_id, task_revision, occurred_at, details, snapshot)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		t.QueueID, seq, ev.ID, eventType, t.ID, t.Revision, now, detailsJSON, snapshot); err != nil {
+		return Event{}, fmt.Errorf("tasks: append event: %w", err)
+	}
+	return ev, nil
+}
+
+// Stream is the state of one queue's log.
+type Stream struct {
+	// Head is the highest committed sequence, 0 for an empty log.
+	Head uint64
+	// RetentionMark is the lowest sequence still retained.
+	RetentionMark uint64
+}
+
+// StreamGet returns the committed head and retention mark of a queue's log.
+// A queue that never logged anything has head 0 and mark 1.
+func StreamGet(ctx context.Context, q Querier, queueID string) (Stream, error) {
+	var s Stream
+	err := q.QueryRowContext(ctx, `SELECT head_sequence, retention_mark FROM queue_streams WHERE queue_id = ?`, queueID).Scan(&s.Head, &s.RetentionMark)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Stream{Head: 0, RetentionMark: 1}, nil
+	}
+	if err != nil {
+		return Stream{}, fmt.Errorf("tasks: read stream: %w", err)
+	}
+	return s, nil
+}
+
+// Querier is a pool or a transaction.
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// EventListAfter returns up to limit events of a queue with sequence > after,
+// in sequence order. Only committed events are returned, and by T-9 a later
+// call never returns a sequence <= the last one seen.
+func EventListAfter(ctx context.Context, q Querier, queueID string, after uint64, limit int) ([]Event, error) {
+	rows, err := q.QueryContext(ctx, `
+		SELECT id, sequence, type, task_id, task_revision, occurred_at, details, snapshot
+		FROM result_events WHERE queue_id = ? AND sequence > ? ORDER BY sequence LIMIT ?`, queueID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: list events: %w", err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		ev, err := scanEvent(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("tasks: list events: %w", err)
+	}
+	return out, nil
+}
+
+// EventGet returns one event by id within a queue.
+func EventGet(ctx context.Context, q Querier, queueID, eventID string) (Event, error) {
+	rows, err := q.QueryContext(ctx, `
+		SELECT id, sequence, type, task_id, task_revision, occurred_at, details, snapshot
+		FROM result_events WHERE id = ? AND queue_id = ?`, eventID, queueID)
+	if err != nil {
+		return Event{}, fmt.Errorf("tasks: get event: %w", err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return Event{}, fmt.Errorf("tasks: get event: %w", err)
+		}
+		return Event{}, sql.ErrNoRows
+	}
+	return scanEvent(rows)
+}
+
+func scanEvent(rows *sql.Rows) (Event, error) {
+	var (
+		ev       Event
+		seq, rev uint64
+		at       time.Time
+		details  []byte
+		snapshot []byte
+	)
+	if err := rows.Scan(&ev.ID, &seq, &ev.Type, &ev.AggregateID, &rev, &at, &details, &snapshot); err != nil {
+		return Event{}, fmt.Errorf("tasks: scan event: %w", err)
+	}
+	ev.Sequence, ev.AggregateRevision = httpx.Uint64(seq), httpx.Uint64(rev)
+	ev.AggregateKind = "task"
+	ev.OccurredAt = httpx.FormatTime(at)
+	ev.Details, ev.Snapshot = details, snapshot
+	return ev, nil
+}
+
+// LiveDeliveryGuard, when set, is an SQL condition on result_events
+// (aliased e) that keeps an event from being purged; the subscriptions module
+// sets it so that events with live deliveries survive retention.
+type LiveDeliveryGuard string
+
+// RetentionPurge deletes, from the bottom of a queue's log, up to batch
+// events older than cutoff, stopping at the first event that is younger or
+// that guard protects, and records the new retention mark. It returns how
+// many events it deleted.
+func RetentionPurge(ctx context.Context, pool *sql.DB, queueID string, cutoff time.Time, batch int, guard LiveDeliveryGuard) (int, error) {
+	deleted := 0
+	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
+		deleted = 0
+		var mark, head uint64
+		err := tx.QueryRowContext(ctx, `SELECT retention_mark, head_sequence FROM queue_streams WHERE queue_id = ? FOR UPDATE`, queueID).Scan(&mark, &head)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		query := `SELECT e.sequence, e.occurred_at < ?` + guardColumn(guard) + `
+			FROM result_events e WHERE e.queue_id = ? AND e.sequence >= ? ORDER BY e.sequence LIMIT ?`
+		rows, err := tx.QueryContext(ctx, query, cutoff, queueID, mark, batch)
+		if err != nil {
+			return err
+		}
+		next := mark
+		for rows.Next() {
+			var seq uint64
+			var old, protected bool
+			if err := rows.Scan(&seq, &old, &protected); err != nil {
+				rows.Close()
+				return err
+			}
+			if !old || protected || seq != next {
+				break
+			}
+			next = seq + 1
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if next == mark {
+			return nil
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM result_events WHERE queue_id = ? AND sequence >= ? AND sequence < ?`, queueID, mark, next)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		deleted = int(n)
+		_, err = tx.ExecContext(ctx, `UPDATE queue_streams SET retention_mark = ?, updated_at = ? WHERE queue_id = ?`, next, db.Now(), queueID)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("tasks: retention purge: %w", err)
+	}
+	return deleted, nil
+}
+
+func guardColumn(guard LiveDeliveryGuard) string {
+	if guard == "" {
+		return ", FALSE"
+	}
+	return ", (" + string(guard) + ")"
+}
+
+// StreamQueues returns the ids of every queue that has a log.
+func StreamQueues(ctx context.Context, pool *sql.DB) ([]string, error) {
+	rows, err := pool.QueryContext(ctx, `SELECT queue_id FROM queue_streams ORDER BY queue_id`)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: list streams: %w", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}

@@ -1,0 +1,302 @@
+package tasks
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/httpx"
+)
+
+// Store reads and writes tasks, their attempts and the result log. Every
+// state change and its log row are written in one transaction.
+type Store struct {
+	db *sql.DB
+	// Backoff returns the delay before a failed idempotent task is offered
+	// again, given the attempts used so far.
+	Backoff func(attempts int) time.Duration
+}
+
+// NewStore returns a Store with exponential retry backoff between min and max.
+func NewStore(pool *sql.DB, backoffMin, backoffMax time.Duration) *Store {
+	return &Store{db: pool, Backoff: func(attempts int) time.Duration {
+		d := backoffMin
+		for i := 1; i < attempts && d < backoffMax; i++ {
+			d *= 2
+		}
+		return min(d, backoffMax)
+	}}
+}
+
+// DB returns the store's pool.
+func (s *Store) DB() *sql.DB { return s.db }
+
+const taskColumns = `id, namespace_id, queue_id, credential_id, state, revision, idempotent, max_attempts, attempts,
+	effect_uncertain, cancel_requested, current_attempt_id, lease_epoch, input, result, error_code, error_message,
+	available_at, created_at, updated_at, finished_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanTask(row scanner) (*Task, error) {
+	var (
+		t                 Task
+		attempt           sql.NullString
+		result            []byte
+		errCode, errMsg   sql.NullString
+		finished          sql.NullTime
+		input             []byte
+		idempotent, uncer bool
+	)
+	err := row.Scan(&t.ID, &t.NamespaceID, &t.QueueID, &t.CredentialID, &t.State, &t.Revision, &idempotent,
+		&t.MaxAttempts, &t.Attempts, &uncer, &t.CancelRequested, &attempt, &t.LeaseEpoch, &input, &result,
+		&errCode, &errMsg, &t.AvailableAt, &t.CreatedAt, &t.UpdatedAt, &finished)
+	if err != nil {
+		return nil, err
+	}
+	t.Idempotent, t.EffectUncertain = idempotent, uncer
+	t.CurrentAttemptID = attempt.String
+	t.Input = input
+	if result != nil {
+		t.Result = result
+	}
+	t.ErrorCode, t.ErrorMessage = errCode.String, errMsg.String
+	if finished.Valid {
+		f := finished.Time
+		t.FinishedAt = &f
+	}
+	return &t, nil
+}
+
+// TaskInsertParams describe a new task.
+type TaskInsertParams struct {
+	NamespaceID  string
+	QueueID      string
+	CredentialID string
+	Input        []byte
+	Idempotent   bool
+	MaxAttempts  int
+}
+
+// TaskInsert stores a new PENDING task in tx.
+func TaskInsert(ctx context.Context, tx *sql.Tx, p *TaskInsertParams) (*Task, error) {
+	now := db.Now()
+	t := &Task{
+		ID: db.NewID(), NamespaceID: p.NamespaceID, QueueID: p.QueueID, CredentialID: p.CredentialID,
+		State: StatePending, Revision: 1, Idempotent: p.Idempotent, MaxAttempts: p.MaxAttempts,
+		Input: p.Input, AvailableAt: now, CreatedAt: now, UpdatedAt: now,
+	}
+	_, err := tx.ExecContext(ctx, `
+		INSERT INTO tasks (id, namespace_id, queue_id, credential_id, state, revision, idempotent, max_attempts,
+			input, available_at, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)`,
+		t.ID, t.NamespaceID, t.QueueID, t.CredentialID, t.State, t.Idempotent, t.MaxAttempts, string(t.Input), now, now, now)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: insert: %w", err)
+	}
+	return t, nil
+}
+
+// TaskGet returns a task by id, or sql.ErrNoRows.
+func TaskGet(ctx context.Context, q Querier, id string) (*Task, error) {
+	t, err := scanTask(q.QueryRowContext(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = ?`, id))
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("tasks: get: %w", err)
+	}
+	return t, err
+}
+
+// taskLock reads a task FOR UPDATE inside tx.
+func taskLock(ctx context.Context, tx *sql.Tx, id string) (*Task, error) {
+	t, err := scanTask(tx.QueryRowContext(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = ? FOR UPDATE`, id))
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("tasks: lock: %w", err)
+	}
+	return t, err
+}
+
+// taskSave writes every mutable column of t.
+func taskSave(ctx context.Context, tx *sql.Tx, t *Task) error {
+	var result, attempt, errCode, errMsg any
+	if t.Result != nil {
+		result = string(t.Result)
+	}
+	if t.CurrentAttemptID != "" {
+		attempt = t.CurrentAttemptID
+	}
+	if t.ErrorCode != "" {
+		errCode = t.ErrorCode
+	}
+	if t.ErrorMessage != "" {
+		errMsg = t.ErrorMessage
+	}
+	_, err := tx.ExecContext(ctx, `
+		UPDATE tasks SET state = ?, revision = ?, max_attempts = ?, attempts = ?, effect_uncertain = ?,
+			cancel_requested = ?, current_attempt_id = ?, lease_epoch = ?, result = ?, error_code = ?,
+			error_message = ?, available_at = ?, updated_at = ?, finished_at = ?
+		WHERE id = ?`,
+		t.State, t.Revision, t.MaxAttempts, t.Attempts, t.EffectUncertain, t.CancelRequested, attempt, t.LeaseEpoch,
+		result, errCode, errMsg, t.AvailableAt, t.UpdatedAt, t.FinishedAt, t.ID)
+	if err != nil {
+		return fmt.Errorf("tasks: save: %w", err)
+	}
+	return nil
+}
+
+// transition moves t to state, bumps its revision and, for a result or a
+// requeue, appends the matching event. It saves t.
+func transition(ctx context.Context, tx *sql.Tx, t *Task, state, eventType string, details Details) (*Event, error) {
+	now := db.Now()
+	t.State = state
+	t.Revision++
+	t.UpdatedAt = now
+	if IsFinal(state) {
+		t.FinishedAt = &now
+	} else {
+		t.FinishedAt = nil
+	}
+	if err := taskSave(ctx, tx, t); err != nil {
+		return nil, err
+	}
+	if eventType == "" {
+		return nil, nil
+	}
+	details.State = state
+	ev, err := appendEvent(ctx, tx, t, eventType, details, now)
+	if err != nil {
+		return nil, err
+	}
+	return &ev, nil
+}
+
+// TaskListParams filter and page a queue's tasks, newest first.
+type TaskListParams struct {
+	QueueID string
+	State   string
+	Limit   int
+	After   *httpx.Cursor
+}
+
+// TaskList returns up to p.Limit+1 tasks so the caller can tell whether
+// another page exists.
+func TaskList(ctx context.Context, q Querier, p *TaskListParams) ([]*Task, error) {
+	query := `SELECT ` + taskColumns + ` FROM tasks WHERE queue_id = ?`
+	args := []any{p.QueueID}
+	if p.State != "" {
+		query += ` AND state = ?`
+		args = append(args, p.State)
+	}
+	if p.After != nil {
+		query += ` AND (created_at < ? OR (created_at = ? AND id < ?))`
+		args = append(args, p.After.CreatedAt, p.After.CreatedAt, p.After.ID)
+	}
+	query += ` ORDER BY created_at DESC, id DESC LIMIT ?`
+	args = append(args, p.Limit+1)
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: list: %w", err)
+	}
+	defer rows.Close()
+	var out []*Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, fmt.Errorf("tasks: list: %w", err)
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// ErrStateConflict is returned when a task's state does not allow an action.
+func errStateConflict(format string, args ...any) error {
+	return httpx.Errorf(httpx.CodeStateConflict, format, args...)
+}
+
+// TaskCancel cancels a task in tx (T-2): a PENDING task becomes CANCELLED at
+// once with a task.cancelled event; a RUNNING task gets cancel_requested and
+// ends as its worker reports; a final task is a STATE_CONFLICT. It returns
+// the task after the change and the event appended, if any.
+func TaskCancel(ctx context.Context, tx *sql.Tx, id, reason string) (*Task, *Event, error) {
+	t, err := taskLock(ctx, tx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch t.State {
+	case StatePending:
+		ev, err := transition(ctx, tx, t, StateCancelled, EventCancelled, Details{Reason: ReasonCancelRequested})
+		return t, ev, err
+	case StateRunning:
+		if !t.CancelRequested {
+			t.CancelRequested = true
+			t.UpdatedAt = db.Now()
+			if err := taskSave(ctx, tx, t); err != nil {
+				return nil, nil, err
+			}
+		}
+		return t, nil, nil
+	}
+	return nil, nil, errStateConflict("task is %s and can no longer be cancelled", t.State)
+}
+
+// Review resolutions.
+const (
+	ResolutionRequeue   = "requeue"
+	ResolutionSucceeded = "succeeded"
+	ResolutionFailed    = "failed"
+)
+
+// TaskReviewParams describe a review of a NEEDS_REVIEW task.
+type TaskReviewParams struct {
+	ID               string
+	ExpectedRevision uint64
+	Resolution       string
+	Reason           string
+	Result           []byte
+}
+
+// TaskReview resolves a NEEDS_REVIEW task in tx: requeue sends it back to
+// PENDING (with one more attempt when the budget is used up, and the
+// uncertainty cleared, since a person has looked at it); succeeded and
+// failed settle it, appending another authoritative result.
+func TaskReview(ctx context.Context, tx *sql.Tx, p *TaskReviewParams) (*Task, *Event, error) {
+	t, err := taskLock(ctx, tx, p.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if t.State != StateNeedsReview {
+		return nil, nil, errStateConflict("task is %s; only NEEDS_REVIEW tasks can be reviewed", t.State)
+	}
+	if t.Revision != p.ExpectedRevision {
+		return nil, nil, errStateConflict("expected_revision %d does not match the task's revision %d", p.ExpectedRevision, t.Revision)
+	}
+	var ev *Event
+	switch p.Resolution {
+	case ResolutionRequeue:
+		if t.Attempts >= t.MaxAttempts {
+			t.MaxAttempts = t.Attempts + 1
+		}
+		t.EffectUncertain = false
+		t.CancelRequested = false
+		t.Result, t.ErrorCode, t.ErrorMessage = nil, "", ""
+		t.AvailableAt = db.Now()
+		ev, err = transition(ctx, tx, t, StatePending, EventRequeued, Details{Reason: ReasonReviewRequeue})
+	case ResolutionSucceeded:
+		t.Result, t.ErrorCode, t.ErrorMessage = p.Result, "", ""
+		ev, err = transition(ctx, tx, t, StateSucceeded, EventSucceeded, Details{Reason: ReasonReviewResolved})
+	case ResolutionFailed:
+		t.ErrorCode, t.ErrorMessage = "REVIEW_FAILED", p.Reason
+		if p.Result != nil {
+			t.Result = p.Result
+		}
+		ev, err = transition(ctx, tx, t, StateFailed, EventFailed, Details{Reason: ReasonReviewResolved, ErrorCode: "REVIEW_FAILED"})
+	default:
+		return nil, nil, httpx.Errorf(httpx.CodeInvalidArgument, "resolution must be requeue, succeeded or failed")
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, ev, nil
+}

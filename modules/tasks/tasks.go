@@ -1,0 +1,234 @@
+// Package tasks is the tasks module: task submission, cancel, review and
+// query over HTTP, the task state machine with its leases, and the per-queue
+// result log that every subscriber reads from (T-1 … T-11).
+package tasks
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/hashicorp/go-multierror"
+
+	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/wake"
+	"github.com/orbitrun/orbit/modules"
+)
+
+func init() { modules.Register(&Module{}) }
+
+// Defaults of the tasks section.
+const (
+	DefaultRetention         = 7 * 24 * time.Hour
+	DefaultRetentionInterval = time.Minute
+	DefaultRetentionBatch    = 1000
+	DefaultSweepInterval     = time.Second
+	DefaultSweepBatch        = 100
+	DefaultRetryBackoffMin   = time.Second
+	DefaultRetryBackoffMax   = time.Minute
+)
+
+// Config is the `tasks` section.
+type Config struct {
+	// Retention is how long result-log events are kept (T-11).
+	Retention time.Duration `yaml:"retention"`
+	// RetentionInterval is how often the retention sweeper runs.
+	RetentionInterval time.Duration `yaml:"retention_interval"`
+	// RetentionBatch bounds the events one purge transaction deletes.
+	RetentionBatch int `yaml:"retention_batch"`
+	// SweepInterval is how often expired task leases are recovered (T-6).
+	SweepInterval time.Duration `yaml:"sweep_interval"`
+	// SweepBatch bounds the leases one sweep transaction recovers.
+	SweepBatch int `yaml:"sweep_batch"`
+	// RetryBackoffMin and RetryBackoffMax bound the delay before a failed
+	// idempotent task is offered again; it doubles with every attempt (T-7).
+	RetryBackoffMin time.Duration `yaml:"retry_backoff_min"`
+	RetryBackoffMax time.Duration `yaml:"retry_backoff_max"`
+}
+
+// Module is the tasks module.
+type Module struct {
+	cfg    Config
+	store  *Store
+	auth   *auth.Authenticator
+	logger *slog.Logger
+
+	// Submitted is notified after a task becomes PENDING on this node, so
+	// workers connected here lease it without waiting for a poll.
+	Submitted wake.Broadcast
+	// Appended is notified after an event is appended on this node.
+	Appended wake.Broadcast
+	// CancelRequested is notified after a cancel request on this node.
+	CancelRequested wake.Broadcast
+	// Guard keeps events with live deliveries from being purged; the
+	// subscriptions module sets it during Provision.
+	Guard LiveDeliveryGuard
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+// OrbitModule returns the module's info.
+func (*Module) OrbitModule() modules.Info {
+	return modules.Info{
+		ID:       "tasks",
+		Requires: []string{"admin"},
+		Roles:    []string{"server"},
+		New: func() modules.Module {
+			return &Module{cfg: Config{
+				Retention: DefaultRetention, RetentionInterval: DefaultRetentionInterval, RetentionBatch: DefaultRetentionBatch,
+				SweepInterval: DefaultSweepInterval, SweepBatch: DefaultSweepBatch,
+				RetryBackoffMin: DefaultRetryBackoffMin, RetryBackoffMax: DefaultRetryBackoffMax,
+			}}
+		},
+	}
+}
+
+// Config returns the section the host decodes into.
+func (m *Module) Config() any { return &m.cfg }
+
+// Validate checks the section and returns every problem.
+func (m *Module) Validate() error {
+	var errs *multierror.Error
+	positive := func(key string, d time.Duration) {
+		if d <= 0 {
+			errs = multierror.Append(errs, fmt.Errorf("tasks.%s: must be positive, got %s", key, d))
+		}
+	}
+	positive("retention", m.cfg.Retention)
+	positive("retention_interval", m.cfg.RetentionInterval)
+	positive("sweep_interval", m.cfg.SweepInterval)
+	positive("retry_backoff_min", m.cfg.RetryBackoffMin)
+	positive("retry_backoff_max", m.cfg.RetryBackoffMax)
+	if m.cfg.RetryBackoffMax < m.cfg.RetryBackoffMin {
+		errs = multierror.Append(errs, fmt.Errorf("tasks.retry_backoff_max: must be at least retry_backoff_min"))
+	}
+	if m.cfg.RetentionBatch < 1 {
+		errs = multierror.Append(errs, fmt.Errorf("tasks.retention_batch: must be at least 1"))
+	}
+	if m.cfg.SweepBatch < 1 {
+		errs = multierror.Append(errs, fmt.Errorf("tasks.sweep_batch: must be at least 1"))
+	}
+	return errs.ErrorOrNil()
+}
+
+// Provision builds the store.
+func (m *Module) Provision(_ context.Context, env *modules.Env) error {
+	m.store = NewStore(env.DB, m.cfg.RetryBackoffMin, m.cfg.RetryBackoffMax)
+	m.auth = auth.NewAuthenticator(env.DB)
+	m.logger = env.Logger.With("module", "tasks")
+	return nil
+}
+
+// Store returns the module's store, for the workers and subscriptions
+// modules.
+func (m *Module) Store() *Store { return m.store }
+
+// Routes mounts the task endpoints.
+func (m *Module) Routes(r *mux.Router) { m.routes(r) }
+
+// Start runs the lease sweeper and the retention sweeper until Stop.
+func (m *Module) Start(context.Context) error {
+	m.stop = make(chan struct{})
+	m.wg.Add(2)
+	go m.loop(m.cfg.SweepInterval, m.sweepLeases)
+	go m.loop(m.cfg.RetentionInterval, m.sweepRetention)
+	return nil
+}
+
+// Stop stops the sweepers and waits for them, bounded by ctx.
+func (m *Module) Stop(ctx context.Context) error {
+	if m.stop == nil {
+		return nil
+	}
+	m.once.Do(func() { close(m.stop) })
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("tasks: stop: %w", ctx.Err())
+	}
+}
+
+func (m *Module) loop(every time.Duration, work func(ctx context.Context)) {
+	defer m.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-m.stop
+		cancel()
+	}()
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-ticker.C:
+			work(ctx)
+		}
+	}
+}
+
+// sweepLeases recovers expired leases until none is left (T-6).
+func (m *Module) sweepLeases(ctx context.Context) {
+	for ctx.Err() == nil {
+		events, err := m.store.ExpireLeases(ctx, m.cfg.SweepBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				m.logger.Warn("lease sweep failed", "err", err)
+			}
+			return
+		}
+		if len(events) == 0 {
+			return
+		}
+		m.Appended.Notify()
+		m.Submitted.Notify()
+		if len(events) < m.cfg.SweepBatch {
+			return
+		}
+	}
+}
+
+// sweepRetention purges old events of every queue (T-11).
+func (m *Module) sweepRetention(ctx context.Context) {
+	queues, err := StreamQueues(ctx, m.store.DB())
+	if err != nil {
+		if ctx.Err() == nil {
+			m.logger.Warn("retention sweep failed", "err", err)
+		}
+		return
+	}
+	cutoff := db.Now().Add(-m.cfg.Retention)
+	for _, q := range queues {
+		for ctx.Err() == nil {
+			n, err := RetentionPurge(ctx, m.store.DB(), q, cutoff, m.cfg.RetentionBatch, m.Guard)
+			if err != nil {
+				if ctx.Err() == nil {
+					m.logger.Warn("retention purge failed", "queue_id", q, "err", err)
+				}
+				return
+			}
+			if n < m.cfg.RetentionBatch {
+				break
+			}
+		}
+	}
+}
+
+var (
+	_ modules.Configurer  = (*Module)(nil)
+	_ modules.Validator   = (*Module)(nil)
+	_ modules.Provisioner = (*Module)(nil)
+	_ modules.Router      = (*Module)(nil)
+	_ modules.Starter     = (*Module)(nil)
+	_ modules.Stopper     = (*Module)(nil)
+)
