@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"reflect"
@@ -109,8 +110,15 @@ func Load(src Source, core *Config, modules map[string]any) (string, error) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	// v.UnmarshalKey(section) would read only the highest layer holding any
+	// key of the section, so one flag or variable would hide every other key
+	// the file sets in it. AllSettings resolves each key on its own.
+	merged := viper.New()
+	if err := merged.MergeConfigMap(v.AllSettings()); err != nil {
+		return file, fmt.Errorf("config: %w", err)
+	}
 	for _, name := range names {
-		err := v.UnmarshalKey(name, sections[name], func(dc *mapstructure.DecoderConfig) {
+		err := merged.UnmarshalKey(name, sections[name], func(dc *mapstructure.DecoderConfig) {
 			dc.TagName = "yaml"
 		})
 		if err != nil {
@@ -247,7 +255,7 @@ func checkMapping(file, path string, node *yaml.Node, t reflect.Type) []error {
 }
 
 // unmarshalErrors splits mapstructure's joined error into one error per
-// problem, each prefixed with the section.
+// problem, each prefixed with its key.
 func unmarshalErrors(section string, err error) []error {
 	if joined, ok := err.(interface{ Unwrap() []error }); ok {
 		var out []error
@@ -255,6 +263,16 @@ func unmarshalErrors(section string, err error) []error {
 			out = append(out, unmarshalErrors(section, e)...)
 		}
 		return out
+	}
+	// mapstructure wraps the joined errors in an error that only adds a
+	// heading.
+	if inner := errors.Unwrap(err); inner != nil {
+		if _, ok := inner.(interface{ Unwrap() []error }); ok {
+			return unmarshalErrors(section, inner)
+		}
+	}
+	if de, ok := err.(*mapstructure.DecodeError); ok {
+		return []error{fmt.Errorf("%s.%s: %w", section, de.Name(), de.Unwrap())}
 	}
 	return []error{fmt.Errorf("%s: %w", section, err)}
 }

@@ -136,3 +136,20 @@ func TestValidateReportsEveryError(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadOneOverrideKeepsTheSectionsOtherFileKeys(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "server:\n  listen: 127.0.0.1:1111\n  request_deadline: 3s\ndatabase:\n  dsn: from-file\n")
+	env := map[string]string{"ORBIT_SERVER_LISTEN": "127.0.0.1:2222", "ORBIT_DATABASE_MIGRATE": "true"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	core := Default()
+	if _, err := Load(Source{File: path, LookupEnv: lookup}, core, nil); err != nil {
+		t.Fatal(err)
+	}
+	if core.Server.Listen != "127.0.0.1:2222" || core.Server.RequestDeadline != 3*time.Second {
+		t.Errorf("server = %+v, want listen from env and deadline from file", core.Server)
+	}
+	if core.Database.DSN != "from-file" || !core.Database.Migrate {
+		t.Errorf("database = %+v, want dsn from file and migrate from env", core.Database)
+	}
+}
