@@ -278,7 +278,7 @@ func (s *Store) applyOutcome(ctx context.Context, tx *sql.Tx, t *Task, p *Comple
 		return transition(ctx, tx, t, StateSucceeded, EventSucceeded, Details{Reason: ReasonCompleted})
 	case OutcomeFailed:
 		t.ErrorCode, t.ErrorMessage = p.ErrorCode, p.ErrorMessage
-		if t.Idempotent && t.Attempts < t.MaxAttempts {
+		if t.Idempotent && t.Attempts < t.MaxAttempts && !t.CancelRequested {
 			t.AvailableAt = db.Now().Add(s.Backoff(t.Attempts))
 			return transition(ctx, tx, t, StatePending, EventRequeued, Details{Reason: ReasonAttemptFailed, ErrorCode: p.ErrorCode})
 		}
@@ -415,6 +415,11 @@ func (s *Store) ExpireLeases(ctx context.Context, batch int) ([]Event, error) {
 			}
 			var ev *Event
 			switch {
+			case t.CancelRequested:
+				// Nobody will run it again: the cancel wins, but the
+				// attempt may have had effects.
+				t.EffectUncertain = true
+				ev, err = transition(ctx, tx, t, StateCancelled, EventCancelled, Details{Reason: ReasonCancelRequested})
 			case t.Idempotent && t.Attempts < t.MaxAttempts:
 				t.AvailableAt = now
 				ev, err = transition(ctx, tx, t, StatePending, EventRequeued, Details{Reason: ReasonLeaseExpired})

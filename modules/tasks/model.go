@@ -96,8 +96,8 @@ type TaskView struct {
 	EffectUncertain  bool            `json:"effect_uncertain"`
 	CancelRequested  bool            `json:"cancel_requested"`
 	CurrentAttemptID string          `json:"current_attempt_id,omitempty"`
-	Input            json.RawMessage `json:"input,omitempty"`
-	Result           json.RawMessage `json:"result,omitempty"`
+	Input            json.RawMessage `json:"input,omitzero"`
+	Result           json.RawMessage `json:"result,omitzero"`
 	Error            *TaskError      `json:"error,omitempty"`
 	CreatedAt        string          `json:"created_at"`
 	UpdatedAt        string          `json:"updated_at"`
@@ -134,7 +134,7 @@ type Snapshot struct {
 	State            string          `json:"state"`
 	Revision         httpx.Uint64    `json:"revision"`
 	EffectUncertain  bool            `json:"effect_uncertain"`
-	Result           json.RawMessage `json:"result,omitempty"`
+	Result           json.RawMessage `json:"result,omitzero"`
 	CurrentAttemptID string          `json:"current_attempt_id,omitempty"`
 }
 

@@ -1,0 +1,173 @@
+package tasks
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/orbitrun/orbit/internal/db"
+)
+
+// leaseOne submits one task and leases it to a fresh session.
+func leaseOne(t *testing.T, f *fixture, idempotent bool, maxAttempts int) Assignment {
+	t.Helper()
+	ctx := context.Background()
+	f.submit(t, f.queues[0], 1, idempotent, maxAttempts)
+	session, err := f.store.SessionOpen(ctx, &SessionOpenParams{QueueID: f.queues[0], CredentialID: "c", Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.store.Lease(ctx, session, time.Minute)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("lease: %v, %d assignments", err, len(got))
+	}
+	return got[0]
+}
+
+func requestCancel(t *testing.T, f *fixture, taskID string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := db.Tx(ctx, f.db, func(tx *sql.Tx) error { _, _, err := TaskCancel(ctx, tx, taskID, ""); return err }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func taskState(t *testing.T, f *fixture, id string) *Task {
+	t.Helper()
+	task, err := TaskGet(context.Background(), f.db, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task
+}
+
+func TestT2_CancelRequestedSurvivesAnExpiredLease(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	a := leaseOne(t, f, true, 3)
+	requestCancel(t, f, a.Task.ID)
+	if _, err := f.db.Exec(`UPDATE task_attempts SET lease_until = ? WHERE id = ?`, db.Now().Add(-time.Second), a.AttemptID); err != nil {
+		t.Fatal(err)
+	}
+	events, err := f.store.ExpireLeases(context.Background(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := taskState(t, f, a.Task.ID)
+	if got.State != StateCancelled || !got.EffectUncertain || len(events) != 1 || events[0].Type != EventCancelled {
+		t.Fatalf("task %s uncertain=%v events=%v; want CANCELLED, effect_uncertain, one task.cancelled", got.State, got.EffectUncertain, events)
+	}
+}
+
+func TestT7_FailedAfterCancelRequestIsNotRetried(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	a := leaseOne(t, f, true, 3)
+	requestCancel(t, f, a.Task.ID)
+	_, ev, err := f.store.Complete(context.Background(), &CompleteParams{
+		Proof:   Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
+		Outcome: OutcomeFailed, ErrorCode: "E", ErrorMessage: "stopped",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := taskState(t, f, a.Task.ID); got.State != StateFailed || ev == nil || ev.Type != EventFailed {
+		t.Fatalf("task %s event %+v; want FAILED with task.failed, not a retry", got.State, ev)
+	}
+}
+
+func TestT7_FailedIdempotentTaskIsRetriedAfterBackoff(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	a := leaseOne(t, f, true, 3)
+	before := db.Now()
+	_, ev, err := f.store.Complete(context.Background(), &CompleteParams{
+		Proof:   Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
+		Outcome: OutcomeFailed, ErrorCode: "E", ErrorMessage: "boom",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := taskState(t, f, a.Task.ID)
+	if got.State != StatePending || ev == nil || ev.Type != EventRequeued || !got.AvailableAt.After(before) {
+		t.Fatalf("task %s available_at %v event %+v; want PENDING later than %v with task.requeued", got.State, got.AvailableAt, ev, before)
+	}
+}
+
+func TestT5_CompleteIsIdempotentByProof(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	a := leaseOne(t, f, false, 1)
+	ctx := context.Background()
+	p := &CompleteParams{
+		Proof:   Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
+		Outcome: OutcomeSucceeded, Result: []byte(`{"n":12345678901234567890}`),
+	}
+	first, ev, err := f.store.Complete(ctx, p)
+	if err != nil || first.Deduplicated || ev == nil {
+		t.Fatalf("first: %+v %v %v", first, ev, err)
+	}
+	again, ev2, err := f.store.Complete(ctx, p)
+	if err != nil || !again.Deduplicated || ev2 != nil || again.Revision != first.Revision || again.State != StateSucceeded {
+		t.Fatalf("repeat: %+v event %v err %v; want the original with deduplicated", again, ev2, err)
+	}
+	wrong := *p
+	wrong.LeaseSecret = "x" + p.LeaseSecret[1:]
+	if _, _, err := f.store.Complete(ctx, &wrong); err == nil || err.Error() != "tasks: complete: "+ErrLeaseLost.Error() {
+		t.Fatalf("wrong secret: %v, want the lease-lost error", err)
+	}
+	stale := *p
+	stale.Epoch++
+	if _, _, err := f.store.Complete(ctx, &stale); err == nil {
+		t.Fatal("a wrong epoch must be refused")
+	}
+	if got := taskState(t, f, a.Task.ID); got.Revision != uint64(first.Revision) {
+		t.Fatalf("refused proofs changed the task: revision %d", got.Revision)
+	}
+}
+
+func TestT6_LeaseExpiryPaths(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name        string
+		idempotent  bool
+		maxAttempts int
+		wantState   string
+		wantEvent   string
+		wantUncert  bool
+	}{
+		{"IdempotentWithAttemptsLeftIsRequeued", true, 2, StatePending, EventRequeued, false},
+		{"IdempotentExhaustedFails", true, 1, StateFailed, EventFailed, true},
+		{"NotIdempotentNeedsReview", false, 3, StateNeedsReview, EventNeedsReview, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, 1)
+			a := leaseOne(t, f, tc.idempotent, tc.maxAttempts)
+			if _, err := f.db.Exec(`UPDATE task_attempts SET lease_until = ? WHERE id = ?`, db.Now().Add(-time.Second), a.AttemptID); err != nil {
+				t.Fatal(err)
+			}
+			events, err := f.store.ExpireLeases(context.Background(), 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := taskState(t, f, a.Task.ID)
+			if got.State != tc.wantState || got.EffectUncertain != tc.wantUncert || len(events) != 1 || events[0].Type != tc.wantEvent {
+				t.Fatalf("task %s uncertain=%v events=%+v; want %s uncertain=%v %s", got.State, got.EffectUncertain, events, tc.wantState, tc.wantUncert, tc.wantEvent)
+			}
+			if string(events[0].Details) != `{"state":"`+tc.wantState+`","reason":"LEASE_EXPIRED"}` {
+				t.Fatalf("details %s", events[0].Details)
+			}
+			// The expired proof can no longer complete.
+			_, _, err = f.store.Complete(context.Background(), &CompleteParams{
+				Proof:   Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
+				Outcome: OutcomeSucceeded,
+			})
+			if err == nil {
+				t.Fatal("a completion after expiry must get TASK_LEASE_LOST")
+			}
+		})
+	}
+}
