@@ -30,3 +30,5 @@ require (
 	golang.org/x/sys v0.29.0 // indirect
 	golang.org/x/text v0.28.0 // indirect
 )
+
+replace github.com/orbitrun/orbit/sdk/go => ./sdk/go

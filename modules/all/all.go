@@ -6,4 +6,5 @@ package all
 import (
 	_ "github.com/orbitrun/orbit/modules/admin"
 	_ "github.com/orbitrun/orbit/modules/tasks"
+	_ "github.com/orbitrun/orbit/modules/workers"
 )

@@ -171,10 +171,14 @@ type Proof struct {
 	AttemptID   string
 	Epoch       uint64
 	LeaseSecret string
+	// QueueID, when set, is the only queue the proof may act on: a worker
+	// session answers only for leases of the queue it serves.
+	QueueID string
 }
 
 type attemptRow struct {
-	taskID string
+	taskID  string
+	queueID string
 	epoch  uint64
 	digest []byte
 	state  string
@@ -185,8 +189,8 @@ type attemptRow struct {
 // time. Any mismatch is ErrLeaseLost, indistinguishable from a lost lease.
 func attemptLock(ctx context.Context, tx *sql.Tx, p *Proof) (*attemptRow, error) {
 	var a attemptRow
-	err := tx.QueryRowContext(ctx, `SELECT task_id, epoch, lease_secret_digest, state, reply FROM task_attempts WHERE id = ? FOR UPDATE`, p.AttemptID).
-		Scan(&a.taskID, &a.epoch, &a.digest, &a.state, &a.reply)
+	err := tx.QueryRowContext(ctx, `SELECT task_id, queue_id, epoch, lease_secret_digest, state, reply FROM task_attempts WHERE id = ? FOR UPDATE`, p.AttemptID).
+		Scan(&a.taskID, &a.queueID, &a.epoch, &a.digest, &a.state, &a.reply)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrLeaseLost
 	}
@@ -195,7 +199,7 @@ func attemptLock(ctx context.Context, tx *sql.Tx, p *Proof) (*attemptRow, error)
 	}
 	digest := sha256.Sum256([]byte(p.LeaseSecret))
 	ok := subtle.ConstantTimeCompare(a.digest, digest[:]) == 1
-	if !ok || a.taskID != p.TaskID || a.epoch != p.Epoch {
+	if !ok || a.taskID != p.TaskID || a.epoch != p.Epoch || (p.QueueID != "" && a.queueID != p.QueueID) {
 		return nil, ErrLeaseLost
 	}
 	return &a, nil

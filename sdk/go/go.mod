@@ -1,3 +1,8 @@
 module github.com/orbitrun/orbit/sdk/go
 
 go 1.26.8
+
+require (
+	github.com/gorilla/websocket v1.5.3
+	go.uber.org/goleak v1.3.0
+)

@@ -1,0 +1,459 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/wsx"
+	"github.com/orbitrun/orbit/modules/tasks"
+)
+
+// Frame types of orbit.workers.v1.
+const (
+	typeHello    = "worker.hello"
+	typeWelcome  = "worker.welcome"
+	typeAssign   = "task.assign"
+	typeComplete = "task.complete"
+	typeRelease  = "task.release"
+	typeCancel   = "task.cancel"
+	typePing     = "worker.ping"
+	typeAck      = "ack"
+)
+
+// sessionCleanupTimeout bounds the database work after a connection ends.
+const sessionCleanupTimeout = 5 * time.Second
+
+type helloBody struct {
+	QueueID    *string `json:"queue_id"`
+	Capacity   *int    `json:"capacity"`
+	WorkerName *string `json:"worker_name"`
+}
+
+type welcomeBody struct {
+	SessionID           string `json:"session_id"`
+	QueueID             string `json:"queue_id"`
+	Capacity            int    `json:"capacity"`
+	LeaseDurationMS     int64  `json:"lease_duration_ms"`
+	HeartbeatIntervalMS int64  `json:"heartbeat_interval_ms"`
+	ServerTime          string `json:"server_time"`
+}
+
+type assignedTask struct {
+	ID          string         `json:"id"`
+	QueueID     string         `json:"queue_id"`
+	Revision    httpx.Uint64   `json:"revision"`
+	Input       jsontext.Value `json:"input"`
+	Attempts    int            `json:"attempts"`
+	MaxAttempts int            `json:"max_attempts"`
+	Idempotent  bool           `json:"idempotent"`
+}
+
+type assignBody struct {
+	Task        assignedTask `json:"task"`
+	AttemptID   string       `json:"attempt_id"`
+	Epoch       httpx.Uint64 `json:"epoch"`
+	LeaseUntil  string       `json:"lease_until"`
+	LeaseSecret string       `json:"lease_secret"`
+}
+
+type proofBody struct {
+	TaskID      *string       `json:"task_id"`
+	AttemptID   *string       `json:"attempt_id"`
+	Epoch       *httpx.Uint64 `json:"epoch"`
+	LeaseSecret *wsx.Secret   `json:"lease_secret"`
+}
+
+type completeBody struct {
+	proofBody
+	Outcome *string          `json:"outcome"`
+	Result  jsontext.Value   `json:"result"`
+	Error   *tasks.TaskError `json:"error"`
+}
+
+type releaseBody struct {
+	proofBody
+	Reason *string `json:"reason"`
+}
+
+type cancelBody struct {
+	TaskID    string `json:"task_id"`
+	AttemptID string `json:"attempt_id"`
+}
+
+type pingAck struct {
+	ServerTime string `json:"server_time"`
+}
+
+type releaseAck struct {
+	TaskID    string `json:"task_id"`
+	AttemptID string `json:"attempt_id"`
+	Released  bool   `json:"released"`
+}
+
+// session is one worker connection after its hello.
+type session struct {
+	m          *Module
+	c          *wsx.Conn
+	id         string
+	queueID    string
+	authHeader string
+	// freed is signalled when a lease of this session ends, so the
+	// dispatcher can lease again at once.
+	freed chan struct{}
+}
+
+// connect serves one worker connection: hello, welcome, then requests until
+// the connection ends. A dispatcher goroutine leases tasks and sends
+// task.assign and task.cancel frames, apart from this request loop, so that
+// pings and completions never wait behind leasing.
+func (m *Module) connect(w http.ResponseWriter, r *http.Request) {
+	c, err := m.entry.Upgrade(w, r)
+	if err != nil {
+		return
+	}
+	defer c.Close(wsx.CloseNormal, "")
+	s, err := m.hello(c, r.Header.Get("Authorization"))
+	if err != nil || s == nil {
+		return
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), sessionCleanupTimeout)
+		defer cancel()
+		if err := m.tasks.Store().SessionClose(ctx, s.id); err != nil {
+			m.logger.Warn("close worker session", "session_id", s.id, "err", err)
+		}
+	}()
+	dispatched := make(chan struct{})
+	go func() {
+		defer close(dispatched)
+		s.dispatch()
+	}()
+	defer func() { <-dispatched }()
+	defer c.Close(wsx.CloseNormal, "")
+	for {
+		f, err := c.Recv(c.Context())
+		if err != nil {
+			return
+		}
+		if !s.handle(f) {
+			return
+		}
+	}
+}
+
+// hello reads and answers worker.hello. It returns nil after having sent an
+// error and closed the connection.
+func (m *Module) hello(c *wsx.Conn, authHeader string) (*session, error) {
+	f, err := c.Recv(c.Context())
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*session, error) {
+		_ = c.SendError(f.MessageID, err)
+		c.Close(wsx.ClosePolicyViolation, "hello refused")
+		return nil, nil
+	}
+	if f.Type != typeHello || f.ReplyTo != "" || f.Error != nil {
+		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "the first frame must be worker.hello without reply_to or error"))
+	}
+	var body helloBody
+	if err := wsx.DecodeBody(f, &body); err != nil {
+		return fail(err)
+	}
+	if err := httpx.Required(
+		httpx.Field{Path: "body.queue_id", Present: body.QueueID != nil},
+		httpx.Field{Path: "body.capacity", Present: body.Capacity != nil},
+	); err != nil {
+		return fail(err)
+	}
+	if *body.Capacity < 1 || *body.Capacity > MaxCapacity {
+		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.capacity must be between 1 and %d", MaxCapacity))
+	}
+	if !httpx.ValidID(*body.QueueID) {
+		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.queue_id must be 32 lowercase hex characters"))
+	}
+	name := ""
+	if body.WorkerName != nil {
+		name = *body.WorkerName
+		if !httpx.ValidName(name, 128) {
+			return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.worker_name must be a valid name of at most 128 characters"))
+		}
+	}
+	p := c.Principal()
+	if !p.HasQueue(*body.QueueID) {
+		return fail(auth.ErrNotFound("queue"))
+	}
+	id, err := m.tasks.Store().SessionOpen(c.Context(), &tasks.SessionOpenParams{
+		QueueID: *body.QueueID, CredentialID: p.CredentialID, WorkerName: name, Capacity: *body.Capacity,
+	})
+	if err != nil {
+		_ = c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "the session could not be recorded; reconnect"))
+		c.Close(wsx.CloseInternalError, "unavailable")
+		m.logger.Warn("open worker session", "err", err)
+		return nil, nil
+	}
+	if err := c.BindSession(id); err != nil {
+		return nil, err
+	}
+	welcome, err := wsx.NewFrame(typeWelcome, f.MessageID, welcomeBody{
+		SessionID: id, QueueID: *body.QueueID, Capacity: *body.Capacity,
+		LeaseDurationMS:     m.cfg.LeaseDuration.Milliseconds(),
+		HeartbeatIntervalMS: m.cfg.HeartbeatInterval.Milliseconds(),
+		ServerTime:          httpx.FormatTime(db.Now()),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Send(welcome); err != nil {
+		return nil, err
+	}
+	return &session{m: m, c: c, id: id, queueID: *body.QueueID, authHeader: authHeader, freed: make(chan struct{}, 1)}, nil
+}
+
+// handle answers one client frame. It returns false when the connection is
+// to close.
+func (s *session) handle(f *wsx.Frame) bool {
+	switch f.Type {
+	case typePing:
+		return s.ping(f)
+	case typeComplete:
+		s.complete(f)
+	case typeRelease:
+		s.release(f)
+	default:
+		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeInvalidArgument, "unknown frame type for a worker: %q", f.Type))
+	}
+	return true
+}
+
+// ping renews the session's leases and re-checks the credential: a revoked
+// credential or a lost queue grant ends the connection.
+func (s *session) ping(f *wsx.Frame) bool {
+	ctx := s.c.Context()
+	p, err := s.m.auth.Authenticate(ctx, s.authHeader)
+	switch {
+	case errors.Is(err, auth.ErrUnauthenticated):
+		_ = s.c.SendError(f.MessageID, err)
+		s.c.Close(wsx.ClosePolicyViolation, "credential revoked")
+		return false
+	case err != nil:
+		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "temporarily unavailable; reconnect"))
+		s.c.Close(wsx.CloseInternalError, "unavailable")
+		return false
+	case !p.Can(auth.PermTasksWork):
+		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodePermissionDenied, "credential lacks permission %s", auth.PermTasksWork))
+		s.c.Close(wsx.ClosePolicyViolation, "permission revoked")
+		return false
+	case !p.HasQueue(s.queueID):
+		_ = s.c.SendError(f.MessageID, auth.ErrNotFound("queue"))
+		s.c.Close(wsx.ClosePolicyViolation, "queue grant revoked")
+		return false
+	}
+	if _, err := s.m.tasks.Store().Renew(ctx, s.id, s.m.cfg.LeaseDuration); err != nil {
+		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "leases could not be renewed; reconnect"))
+		s.c.Close(wsx.CloseInternalError, "unavailable")
+		return false
+	}
+	s.reply(f, pingAck{ServerTime: httpx.FormatTime(db.Now())})
+	return true
+}
+
+// proof checks the lease proof of a complete or release body.
+func (s *session) proof(b *proofBody) (tasks.Proof, error) {
+	if err := httpx.Required(
+		httpx.Field{Path: "body.task_id", Present: b.TaskID != nil},
+		httpx.Field{Path: "body.attempt_id", Present: b.AttemptID != nil},
+		httpx.Field{Path: "body.epoch", Present: b.Epoch != nil},
+		httpx.Field{Path: "body.lease_secret", Present: b.LeaseSecret != nil},
+	); err != nil {
+		return tasks.Proof{}, err
+	}
+	if !httpx.ValidID(*b.TaskID) || !httpx.ValidID(*b.AttemptID) {
+		return tasks.Proof{}, httpx.Errorf(httpx.CodeInvalidArgument, "body.task_id and body.attempt_id must be 32 lowercase hex characters")
+	}
+	return tasks.Proof{
+		TaskID: *b.TaskID, AttemptID: *b.AttemptID, Epoch: uint64(*b.Epoch),
+		LeaseSecret: b.LeaseSecret.Encode(), QueueID: s.queueID,
+	}, nil
+}
+
+func (s *session) complete(f *wsx.Frame) {
+	var body completeBody
+	if err := wsx.DecodeBody(f, &body); err != nil {
+		_ = s.c.SendError(f.MessageID, err)
+		return
+	}
+	proof, err := s.proof(&body.proofBody)
+	if err == nil {
+		err = httpx.Required(httpx.Field{Path: "body.outcome", Present: body.Outcome != nil})
+	}
+	if err != nil {
+		_ = s.c.SendError(f.MessageID, err)
+		return
+	}
+	params := &tasks.CompleteParams{Proof: proof, Outcome: *body.Outcome}
+	switch *body.Outcome {
+	case tasks.OutcomeSucceeded, tasks.OutcomeNeedsReview, tasks.OutcomeFailed, tasks.OutcomeCancelled:
+	default:
+		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeInvalidArgument, "body.outcome must be succeeded, failed, needs_review or cancelled"))
+		return
+	}
+	if body.Result != nil {
+		if len(body.Result) > tasks.MaxInputBytes {
+			_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeInvalidArgument, "body.result exceeds %d bytes", tasks.MaxInputBytes))
+			return
+		}
+		params.Result = body.Result
+	}
+	if body.Error != nil {
+		if len(body.Error.Code) > 128 || len(body.Error.Message) > 1024 {
+			_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeInvalidArgument, "body.error.code is limited to 128 bytes and body.error.message to 1024"))
+			return
+		}
+		params.ErrorCode, params.ErrorMessage = body.Error.Code, body.Error.Message
+	}
+	reply, ev, err := s.m.tasks.Store().Complete(s.c.Context(), params)
+	if err != nil {
+		s.sendStoreError(f, err)
+		return
+	}
+	if !reply.Deduplicated {
+		s.signalFreed()
+		if ev != nil {
+			s.m.tasks.Appended.Notify()
+			if ev.Type == tasks.EventRequeued {
+				s.m.tasks.Submitted.Notify()
+			}
+		}
+	}
+	s.reply(f, reply)
+}
+
+func (s *session) release(f *wsx.Frame) {
+	var body releaseBody
+	if err := wsx.DecodeBody(f, &body); err != nil {
+		_ = s.c.SendError(f.MessageID, err)
+		return
+	}
+	proof, err := s.proof(&body.proofBody)
+	if err == nil {
+		err = httpx.Required(httpx.Field{Path: "body.reason", Present: body.Reason != nil})
+	}
+	if err != nil {
+		_ = s.c.SendError(f.MessageID, err)
+		return
+	}
+	if len(*body.Reason) > 1024 {
+		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeInvalidArgument, "body.reason is limited to 1024 bytes"))
+		return
+	}
+	if _, err := s.m.tasks.Store().Release(s.c.Context(), &proof, *body.Reason); err != nil {
+		s.sendStoreError(f, err)
+		return
+	}
+	s.signalFreed()
+	s.m.tasks.Submitted.Notify()
+	s.m.tasks.Appended.Notify()
+	s.reply(f, releaseAck{TaskID: proof.TaskID, AttemptID: proof.AttemptID, Released: true})
+}
+
+// sendStoreError answers a failed store call: protocol errors (such as
+// TASK_LEASE_LOST) as they are, anything else as UNAVAILABLE without
+// closing, since the worker will retry the same proof.
+func (s *session) sendStoreError(f *wsx.Frame, err error) {
+	var he *httpx.Error
+	if errors.As(err, &he) {
+		_ = s.c.SendError(f.MessageID, he)
+		return
+	}
+	s.c.Logger().Warn("worker request failed", "type", f.Type, "session_id", s.id, "err", err)
+	_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "temporarily unavailable; retry"))
+}
+
+func (s *session) reply(f *wsx.Frame, body any) {
+	ack, err := wsx.NewFrame(typeAck, f.MessageID, body)
+	if err != nil {
+		s.c.Logger().Error("encode ack", "err", err)
+		return
+	}
+	_ = s.c.Send(ack)
+}
+
+func (s *session) signalFreed() {
+	select {
+	case s.freed <- struct{}{}:
+	default:
+	}
+}
+
+// dispatch leases tasks for the session whenever it may have free capacity
+// and sends task.assign for each persisted lease; it also forwards cancel
+// requests as task.cancel, once per attempt. It returns when the connection
+// ends.
+func (s *session) dispatch() {
+	store := s.m.tasks.Store()
+	ctx := s.c.Context()
+	ticker := time.NewTicker(s.m.cfg.PollInterval)
+	defer ticker.Stop()
+	cancelSent := map[string]bool{}
+	for ctx.Err() == nil {
+		submitted := s.m.tasks.Submitted.C()
+		cancels := s.m.tasks.CancelRequested.C()
+		assigned, err := store.Lease(ctx, s.id, s.m.cfg.LeaseDuration)
+		if err != nil && ctx.Err() == nil {
+			s.c.Logger().Warn("lease tasks", "session_id", s.id, "err", err)
+		}
+		for _, a := range assigned {
+			if !s.sendAssign(a) {
+				return
+			}
+		}
+		if requested, err := store.CancelRequested(ctx, s.id); err == nil {
+			for _, p := range requested {
+				if cancelSent[p.AttemptID] {
+					continue
+				}
+				f, err := wsx.NewFrame(typeCancel, "", cancelBody{TaskID: p.TaskID, AttemptID: p.AttemptID})
+				if err == nil && s.c.Send(f) == nil {
+					cancelSent[p.AttemptID] = true
+				}
+			}
+		}
+		if len(assigned) > 0 {
+			continue // there may be more work and more capacity
+		}
+		select {
+		case <-ctx.Done():
+		case <-submitted:
+		case <-cancels:
+		case <-s.freed:
+		case <-ticker.C:
+		}
+	}
+}
+
+func (s *session) sendAssign(a tasks.Assignment) bool {
+	f, err := wsx.NewFrame(typeAssign, "", assignBody{
+		Task: assignedTask{
+			ID: a.Task.ID, QueueID: a.Task.QueueID, Revision: httpx.Uint64(a.Task.Revision),
+			Input: jsontext.Value(a.Task.Input), Attempts: a.Task.Attempts, MaxAttempts: a.Task.MaxAttempts,
+			Idempotent: a.Task.Idempotent,
+		},
+		AttemptID: a.AttemptID, Epoch: httpx.Uint64(a.Epoch),
+		LeaseUntil: httpx.FormatTime(a.LeaseUntil), LeaseSecret: a.LeaseSecret,
+	})
+	if err != nil {
+		s.c.Logger().Error("encode task.assign", "err", err)
+		return false
+	}
+	// A lease whose frame is not sent stays persisted and expires; the task
+	// is then recovered by the lease rules (T-6).
+	return s.c.Send(f) == nil
+}

@@ -1,0 +1,154 @@
+// Package workers is the workers module: the WebSocket entry
+// /v1/workers/connect (protocol orbit.workers.v1) through which workers lease
+// tasks, report outcomes and keep their leases alive. The task state machine
+// itself is the tasks module's store; this module is its transport.
+package workers
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/hashicorp/go-multierror"
+
+	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/wsx"
+	"github.com/orbitrun/orbit/modules"
+	"github.com/orbitrun/orbit/modules/tasks"
+)
+
+func init() { modules.Register(&Module{}) }
+
+// Subprotocol is the WebSocket sub-protocol of the worker entry.
+const Subprotocol = "orbit.workers.v1"
+
+// Defaults of the workers section.
+const (
+	DefaultLeaseDuration     = 30 * time.Second
+	DefaultHeartbeatInterval = 15 * time.Second
+	DefaultMaxConnections    = 128
+	DefaultHelloTimeout      = 5 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+	DefaultPollInterval      = time.Second
+	MaxCapacity              = 32
+)
+
+// Config is the `workers` section.
+type Config struct {
+	// LeaseDuration is how long a task lease lasts without a worker.ping.
+	LeaseDuration time.Duration `yaml:"lease_duration"`
+	// HeartbeatInterval is how often workers are told to ping.
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	// MaxConnections bounds the worker connections of this node; more get
+	// 429 CAPACITY_EXCEEDED before the upgrade.
+	MaxConnections int `yaml:"max_connections"`
+	// HelloTimeout is how long a new connection may take to send hello.
+	HelloTimeout time.Duration `yaml:"hello_timeout"`
+	// IdleTimeout closes a connection that sent no frame for this long.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// PollInterval is how often a connection looks for work it was not
+	// woken for (tasks submitted on other nodes, retry backoffs ending).
+	PollInterval time.Duration `yaml:"poll_interval"`
+}
+
+// Module is the workers module.
+type Module struct {
+	cfg    Config
+	tasks  *tasks.Module
+	auth   *auth.Authenticator
+	entry  *wsx.Entry
+	logger *slog.Logger
+}
+
+// OrbitModule returns the module's info.
+func (*Module) OrbitModule() modules.Info {
+	return modules.Info{
+		ID:       "workers",
+		Requires: []string{"admin", "tasks"},
+		Roles:    []string{"server"},
+		New: func() modules.Module {
+			return &Module{cfg: Config{
+				LeaseDuration: DefaultLeaseDuration, HeartbeatInterval: DefaultHeartbeatInterval,
+				MaxConnections: DefaultMaxConnections, HelloTimeout: DefaultHelloTimeout,
+				IdleTimeout: DefaultIdleTimeout, PollInterval: DefaultPollInterval,
+			}}
+		},
+	}
+}
+
+// Config returns the section the host decodes into.
+func (m *Module) Config() any { return &m.cfg }
+
+// Validate checks the section and returns every problem.
+func (m *Module) Validate() error {
+	var errs *multierror.Error
+	positive := func(key string, d time.Duration) {
+		if d <= 0 {
+			errs = multierror.Append(errs, fmt.Errorf("workers.%s: must be positive, got %s", key, d))
+		}
+	}
+	positive("lease_duration", m.cfg.LeaseDuration)
+	positive("heartbeat_interval", m.cfg.HeartbeatInterval)
+	positive("hello_timeout", m.cfg.HelloTimeout)
+	positive("idle_timeout", m.cfg.IdleTimeout)
+	positive("poll_interval", m.cfg.PollInterval)
+	if m.cfg.HeartbeatInterval >= m.cfg.LeaseDuration {
+		errs = multierror.Append(errs, fmt.Errorf("workers.heartbeat_interval: must be shorter than lease_duration"))
+	}
+	if m.cfg.MaxConnections < 1 {
+		errs = multierror.Append(errs, fmt.Errorf("workers.max_connections: must be at least 1"))
+	}
+	return errs.ErrorOrNil()
+}
+
+// Provision connects the module to the tasks module and builds the entry.
+func (m *Module) Provision(_ context.Context, env *modules.Env) error {
+	t, ok := env.Module("tasks").(*tasks.Module)
+	if !ok {
+		return fmt.Errorf("workers: the tasks module is not running")
+	}
+	m.tasks = t
+	m.auth = auth.NewAuthenticator(env.DB)
+	m.logger = env.Logger.With("module", "workers")
+	entry, err := wsx.NewEntry(wsx.Config{
+		Subprotocol:  Subprotocol,
+		Permission:   auth.PermTasksWork,
+		Authenticate: wsx.FromAuthenticator(m.auth),
+		MaxConns:     m.cfg.MaxConnections,
+		IdleTimeout:  m.cfg.IdleTimeout,
+		HelloTimeout: m.cfg.HelloTimeout,
+		Logger:       m.logger,
+	})
+	if err != nil {
+		return err
+	}
+	m.entry = entry
+	return nil
+}
+
+// Routes mounts the worker entry. The management deadline does not apply to
+// a connection.
+func (m *Module) Routes(r *mux.Router) {
+	r.Handle("/v1/workers/connect", httpx.NoDeadline(http.HandlerFunc(m.connect)))
+}
+
+// Stop closes every worker connection (their leases stay in the database
+// until they are completed or expire) and waits for them within ctx.
+func (m *Module) Stop(ctx context.Context) error {
+	if m.entry == nil {
+		return nil
+	}
+	return m.entry.Shutdown(ctx)
+}
+
+var (
+	_ modules.Configurer  = (*Module)(nil)
+	_ modules.Validator   = (*Module)(nil)
+	_ modules.Provisioner = (*Module)(nil)
+	_ modules.Router      = (*Module)(nil)
+	_ modules.Stopper     = (*Module)(nil)
+)

@@ -1,0 +1,369 @@
+package orbit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// The orbit.workers.v1 protocol (spec 03, C-17, C-18).
+const (
+	workerProtocol  = "orbit.workers.v1"
+	protocolVersion = "1"
+	// maxFrameBytes is the largest WebSocket message either side accepts.
+	maxFrameBytes = 512 << 10
+	// maxResultBytes is the largest result a worker reports, as for task
+	// input.
+	maxResultBytes = 256 << 10
+)
+
+// Frame types of orbit.workers.v1.
+const (
+	frameHello     = "worker.hello"
+	frameWelcome   = "worker.welcome"
+	framePing      = "worker.ping"
+	frameAssign    = "task.assign"
+	frameCancel    = "task.cancel"
+	frameComplete  = "task.complete"
+	frameRelease   = "task.release"
+	frameAck       = "ack"
+	frameTypeError = "error"
+)
+
+// Outcomes a worker reports in task.complete.
+const (
+	outcomeSucceeded   = "succeeded"
+	outcomeFailed      = "failed"
+	outcomeNeedsReview = "needs_review"
+	outcomeCancelled   = "cancelled"
+)
+
+// frame is the envelope of every WebSocket message (C-18).
+type frame struct {
+	ProtocolVersion string          `json:"protocol_version"`
+	Type            string          `json:"type"`
+	MessageID       string          `json:"message_id"`
+	SessionID       string          `json:"session_id,omitempty"`
+	ReplyTo         string          `json:"reply_to,omitempty"`
+	Body            json.RawMessage `json:"body,omitempty"`
+	Error           *frameErr       `json:"error,omitempty"`
+}
+
+type frameErr struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// apiError returns the error of an error frame as an *APIError.
+func (f *frame) apiError() *APIError {
+	if f.Error == nil {
+		return &APIError{Code: CodeInternal, Message: "error frame without an error"}
+	}
+	return &APIError{Code: f.Error.Code, Message: f.Error.Message}
+}
+
+// newFrame returns a client frame with a fresh message id and body encoded
+// from v.
+func newFrame(typ, sessionID string, body any) (frame, error) {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return frame{}, fmt.Errorf("encode %s: %w", typ, err)
+	}
+	return frame{ProtocolVersion: protocolVersion, Type: typ, MessageID: newMessageID(), SessionID: sessionID, Body: raw}, nil
+}
+
+// newMessageID returns 32 random lowercase hexadecimal characters.
+func newMessageID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails.
+	return hex.EncodeToString(b[:])
+}
+
+type helloBody struct {
+	QueueID    string `json:"queue_id"`
+	Capacity   int    `json:"capacity"`
+	WorkerName string `json:"worker_name,omitempty"`
+}
+
+type welcomeBody struct {
+	SessionID           string    `json:"session_id"`
+	QueueID             string    `json:"queue_id"`
+	Capacity            int       `json:"capacity"`
+	LeaseDurationMS     int64     `json:"lease_duration_ms"`
+	HeartbeatIntervalMS int64     `json:"heartbeat_interval_ms"`
+	ServerTime          time.Time `json:"server_time"`
+}
+
+type assignBody struct {
+	Task struct {
+		ID          string          `json:"id"`
+		QueueID     string          `json:"queue_id"`
+		Revision    uint64          `json:"revision,string"`
+		Input       json.RawMessage `json:"input"`
+		Attempts    int             `json:"attempts"`
+		MaxAttempts int             `json:"max_attempts"`
+		Idempotent  bool            `json:"idempotent"`
+	} `json:"task"`
+	AttemptID   string    `json:"attempt_id"`
+	Epoch       uint64    `json:"epoch,string"`
+	LeaseUntil  time.Time `json:"lease_until"`
+	LeaseSecret string    `json:"lease_secret"`
+}
+
+type cancelBody struct {
+	TaskID    string `json:"task_id"`
+	AttemptID string `json:"attempt_id"`
+}
+
+// proof identifies a lease in task.complete and task.release.
+type proof struct {
+	TaskID      string `json:"task_id"`
+	AttemptID   string `json:"attempt_id"`
+	Epoch       uint64 `json:"epoch,string"`
+	LeaseSecret string `json:"lease_secret"`
+}
+
+type completeBody struct {
+	proof
+	Outcome string          `json:"outcome"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *TaskError      `json:"error,omitempty"`
+}
+
+type releaseBody struct {
+	proof
+	Reason string `json:"reason"`
+}
+
+// completeAck is the body of the ack to task.complete.
+type completeAck struct {
+	TaskID       string `json:"task_id"`
+	AttemptID    string `json:"attempt_id"`
+	Outcome      string `json:"outcome"`
+	State        string `json:"state"`
+	Revision     uint64 `json:"revision,string"`
+	Deduplicated bool   `json:"deduplicated"`
+}
+
+// session is one welcomed connection. Only the worker's loop writes to it;
+// a reader goroutine turns incoming messages into frames.
+type session struct {
+	ws          *websocket.Conn
+	id          string
+	readTimeout time.Duration
+	frames      chan frame    // closed by the reader when it stops
+	stop        chan struct{} // closed to stop the reader
+	err         error         // why the reader stopped; set before frames is closed
+	ticker      *time.Ticker  // the heartbeat
+	since       time.Time     // when the session was welcomed
+	inflight    map[string]*report
+}
+
+// writeTimeout bounds every write of a frame.
+const writeTimeout = 10 * time.Second
+
+// newSession returns the session a welcome opened on ws; its reader is not
+// started yet.
+func newSession(ws *websocket.Conn, w welcomeBody) *session {
+	hb := time.Duration(w.HeartbeatIntervalMS) * time.Millisecond
+	return &session{
+		ws: ws, id: w.SessionID,
+		// Every ping is answered, so silence for two intervals and a margin
+		// means the connection is gone.
+		readTimeout: 2*hb + 5*time.Second,
+		frames:      make(chan frame),
+		stop:        make(chan struct{}),
+		ticker:      time.NewTicker(hb),
+		since:       time.Now(),
+		inflight:    make(map[string]*report),
+	}
+}
+
+// read runs in its own goroutine until the connection fails or stop is
+// closed, then closes frames.
+func (s *session) read() {
+	defer close(s.frames)
+	for {
+		_ = s.ws.SetReadDeadline(time.Now().Add(s.readTimeout))
+		f, err := readFrame(s.ws)
+		if err != nil {
+			s.err = err
+			return
+		}
+		select {
+		case s.frames <- f:
+		case <-s.stop:
+			s.err = errors.New("connection closed by the worker")
+			return
+		}
+	}
+}
+
+// write sends f with a bounded deadline.
+func (s *session) write(f frame) error {
+	return writeFrame(s.ws, f)
+}
+
+// teardown closes the connection abruptly and waits for the reader.
+func (s *session) teardown() {
+	s.ticker.Stop()
+	close(s.stop)
+	_ = s.ws.Close()
+	for range s.frames {
+	}
+}
+
+// closeWait bounds how long a normal close waits for the server's reply.
+const closeWait = time.Second
+
+// closeNormally sends a close frame with code 1000, waits briefly for the
+// server to answer it and closes the connection. It returns the frames that
+// arrived meanwhile.
+func (s *session) closeNormally() []frame {
+	_ = s.ws.WriteControl(websocket.CloseMessage,
+		websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(closeWait))
+	timer := time.NewTimer(closeWait)
+	defer timer.Stop()
+	var late []frame
+	for {
+		select {
+		case f, ok := <-s.frames:
+			if !ok {
+				s.teardown()
+				return late
+			}
+			late = append(late, f)
+		case <-timer.C:
+			s.teardown()
+			return late
+		}
+	}
+}
+
+// writeFrame encodes f and writes it as one text message within
+// writeTimeout.
+func writeFrame(ws *websocket.Conn, f frame) error {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return fmt.Errorf("encode %s frame: %w", f.Type, err)
+	}
+	if len(b) > maxFrameBytes {
+		return fmt.Errorf("%s frame of %d bytes exceeds %d", f.Type, len(b), maxFrameBytes)
+	}
+	_ = ws.SetWriteDeadline(time.Now().Add(writeTimeout))
+	return ws.WriteMessage(websocket.TextMessage, b)
+}
+
+// readFrame reads one message and decodes its envelope.
+func readFrame(ws *websocket.Conn) (frame, error) {
+	typ, b, err := ws.ReadMessage()
+	if err != nil {
+		return frame{}, err
+	}
+	if typ != websocket.TextMessage {
+		return frame{}, errors.New("server sent a binary frame")
+	}
+	var f frame
+	if err := json.Unmarshal(b, &f); err != nil {
+		return frame{}, fmt.Errorf("server sent an invalid frame: %w", err)
+	}
+	if f.ProtocolVersion != protocolVersion {
+		return frame{}, fmt.Errorf("server sent protocol_version %q, want %q", f.ProtocolVersion, protocolVersion)
+	}
+	return f, nil
+}
+
+// upgradeError turns a failed WebSocket handshake into an *APIError. The
+// server answers it in the usual envelope; gorilla/websocket keeps the
+// first kilobyte of the body.
+func upgradeError(resp *http.Response) *APIError {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	err := decodeEnvelope(resp, raw, nil)
+	var apiErr *APIError
+	if errors.As(err, &apiErr) {
+		return apiErr
+	}
+	return &APIError{Status: resp.StatusCode, Message: "WebSocket upgrade refused with status " + resp.Status,
+		RequestID: resp.Header.Get("X-Request-ID")}
+}
+
+// retryAfter returns the Retry-After delay of resp in seconds, or 0.
+func retryAfter(resp *http.Response) time.Duration {
+	if resp == nil {
+		return 0
+	}
+	n, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
+}
+
+// connect dials, says hello and waits for the welcome.
+func (w *Worker) connect(ctx context.Context) connectResult {
+	ws, resp, err := w.dialer.DialContext(ctx, w.url, w.header)
+	if err != nil {
+		if resp != nil && errors.Is(err, websocket.ErrBadHandshake) {
+			apiErr := upgradeError(resp)
+			switch apiErr.Status {
+			case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusUpgradeRequired:
+				return connectResult{err: apiErr, fatal: true}
+			}
+			return connectResult{err: apiErr, retryAfter: retryAfter(resp)}
+		}
+		return connectResult{err: fmt.Errorf("orbit worker: dial: %w", err)}
+	}
+	stop := context.AfterFunc(ctx, func() { _ = ws.Close() })
+	defer stop()
+	fail := func(err error, fatal bool) connectResult {
+		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(closeWait))
+		_ = ws.Close()
+		return connectResult{err: err, fatal: fatal}
+	}
+	if ws.Subprotocol() != workerProtocol {
+		return fail(fmt.Errorf("orbit worker: server chose sub-protocol %q, want %q", ws.Subprotocol(), workerProtocol), false)
+	}
+	ws.SetReadLimit(maxFrameBytes)
+	hello, err := newFrame(frameHello, "", helloBody{QueueID: w.cfg.QueueID, Capacity: w.cfg.Capacity, WorkerName: w.cfg.WorkerName})
+	if err == nil {
+		err = writeFrame(ws, hello)
+	}
+	if err != nil {
+		return fail(fmt.Errorf("orbit worker: send hello: %w", err), false)
+	}
+	_ = ws.SetReadDeadline(time.Now().Add(welcomeTimeout))
+	f, err := readFrame(ws)
+	if err != nil {
+		return fail(fmt.Errorf("orbit worker: wait for welcome: %w", err), false)
+	}
+	switch {
+	case f.Type == frameTypeError:
+		e := f.apiError()
+		return fail(e, isFatal(e.Code) || e.Code == CodeInvalidArgument)
+	case f.Type != frameWelcome || (f.ReplyTo != "" && f.ReplyTo != hello.MessageID):
+		return fail(fmt.Errorf("orbit worker: expected %s in reply to hello, got %s", frameWelcome, f.Type), false)
+	}
+	var welcome welcomeBody
+	if err := json.Unmarshal(f.Body, &welcome); err != nil {
+		return fail(fmt.Errorf("orbit worker: invalid welcome: %w", err), false)
+	}
+	if welcome.SessionID == "" || welcome.HeartbeatIntervalMS <= 0 {
+		return fail(errors.New("orbit worker: welcome lacks session_id or heartbeat_interval_ms"), false)
+	}
+	if !stop() {
+		_ = ws.Close()
+		return connectResult{err: ctx.Err()}
+	}
+	s := newSession(ws, welcome)
+	go s.read()
+	return connectResult{sess: s}
+}
