@@ -68,6 +68,9 @@ func Do(ctx context.Context, pool *sql.DB, req Request, change Change) (Receipt,
 			INSERT INTO idempotency_records (credential_id, operation, idem_key, request_digest, status, receipt, created_at)
 			VALUES (?, ?, ?, ?, 0, '', ?)`,
 			req.CredentialID, req.Operation, req.Key, digest[:], db.Now())
+		if db.IsDuplicateKey(err) {
+			return errReplay
+		}
 		if err != nil {
 			return err
 		}
@@ -91,14 +94,19 @@ func Do(ctx context.Context, pool *sql.DB, req Request, change Change) (Receipt,
 		receipt = Receipt{Status: status, Data: withDeduplicated(body, false)}
 		return nil
 	})
-	if err == nil {
-		return receipt, nil
+	if errors.Is(err, errReplay) {
+		return replay(ctx, pool, req, digest)
 	}
-	if !db.IsDuplicateKey(err) {
+	if err != nil {
 		return Receipt{}, err
 	}
-	return replay(ctx, pool, req, digest)
+	return receipt, nil
 }
+
+// errReplay reports that the key's record already exists: another request
+// with the same key committed first. A duplicate key raised by the change
+// itself is the change's own error and is returned as it is.
+var errReplay = errors.New("idem: key already used")
 
 // replay reads the committed record of a key that another transaction wrote.
 func replay(ctx context.Context, pool *sql.DB, req Request, digest [32]byte) (Receipt, error) {

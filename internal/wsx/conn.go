@@ -386,8 +386,7 @@ func (c *Conn) accept(typ int, b []byte) (*Frame, string) {
 	}
 	f, err := DecodeFrame(b)
 	if err != nil {
-		var he *httpx.Error
-		if errors.As(err, &he) {
+		if he, ok := errors.AsType[*httpx.Error](err); ok {
 			return nil, "invalid envelope: " + he.Message
 		}
 		return nil, "invalid envelope"

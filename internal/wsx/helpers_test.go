@@ -51,11 +51,12 @@ func testAuthenticate(r *http.Request) (*auth.Principal, error) {
 // testEnv is an HTTP server with one entry at testPath. Every connection
 // it upgrades is handed to the test through conns.
 type testEnv struct {
-	entry *Entry
-	srv   *httptest.Server
-	url   string // ws://…/v1/events/connect
-	http  string // http://…/v1/events/connect
-	conns chan *Conn
+	entry  *Entry
+	srv    *httptest.Server
+	client *http.Client
+	url    string // ws://…/v1/events/connect
+	http   string // http://…/v1/events/connect
+	conns  chan *Conn
 }
 
 // setup starts a server whose entry has the test configuration changed by
@@ -84,6 +85,7 @@ func setup(t *testing.T, mutate ...func(*Config)) *testEnv {
 		env.conns <- c
 	})
 	env.srv = httptest.NewServer(httpx.Middleware(httpx.MiddlewareOptions{Logger: cfg.Logger}, httpx.NoDeadline(handler)))
+	env.client = &http.Client{Transport: &http.Transport{}, Timeout: testWait}
 	env.http = env.srv.URL + testPath
 	env.url = "ws" + strings.TrimPrefix(env.http, "http")
 	t.Cleanup(func() {
@@ -93,6 +95,7 @@ func setup(t *testing.T, mutate ...func(*Config)) *testEnv {
 			t.Errorf("Shutdown: %v", err)
 		}
 		env.srv.Close()
+		env.client.CloseIdleConnections()
 	})
 	return env
 }
@@ -146,8 +149,7 @@ func (env *testEnv) upgradeRequest(t *testing.T) *http.Request {
 // do sends req and returns the response with its body read.
 func (env *testEnv) do(t *testing.T, req *http.Request) (*http.Response, []byte) {
 	t.Helper()
-	client := &http.Client{Timeout: testWait}
-	resp, err := client.Do(req)
+	resp, err := env.client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}

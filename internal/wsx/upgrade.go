@@ -76,7 +76,9 @@ type Config struct {
 	// WriteTimeout bounds every write, the wait of Send for room in the
 	// outbound queue, and each phase of closing.
 	WriteTimeout time.Duration
-	// IdleTimeout is how long a connection waits for the next client frame.
+	// IdleTimeout is how long a connection waits for the next client
+	// frame. Only time spent waiting to read counts, not time the reader
+	// waits for room in a full inbound queue.
 	IdleTimeout time.Duration
 	// HelloTimeout is how long a new connection waits for its first frame.
 	HelloTimeout time.Duration

@@ -2,13 +2,16 @@ package wsx
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/httpx"
 )
 
@@ -226,6 +229,25 @@ func TestShutdownBoundedByContext(t *testing.T) {
 	readFrame(t, ws)
 	expectClose(t, ws, CloseGoingAway)
 	waitDone(t, server)
+}
+
+func TestC1_FromAuthenticator(t *testing.T) {
+	t.Parallel()
+	// These requests are refused before the database is consulted.
+	authenticate := FromAuthenticator(auth.NewAuthenticator(nil))
+	for name, values := range map[string][]string{
+		"None":     nil,
+		"Two":      {"Bearer a", "Bearer b"},
+		"Basic":    {"Basic YTpi"},
+		"NoToken":  {"Bearer "},
+		"BadChars": {"Bearer a b"},
+	} {
+		r := httptest.NewRequest(http.MethodGet, testPath, nil)
+		r.Header["Authorization"] = values
+		if p, err := authenticate(r); p != nil || !errors.Is(err, auth.ErrUnauthenticated) {
+			t.Errorf("%s: authenticate = %+v, %v; want ErrUnauthenticated", name, p, err)
+		}
+	}
 }
 
 func TestConfigErrors(t *testing.T) {

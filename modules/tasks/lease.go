@@ -179,10 +179,10 @@ type Proof struct {
 type attemptRow struct {
 	taskID  string
 	queueID string
-	epoch  uint64
-	digest []byte
-	state  string
-	reply  sql.NullString
+	epoch   uint64
+	digest  []byte
+	state   string
+	reply   sql.NullString
 }
 
 // attemptLock locks the attempt named by p and checks the proof in constant

@@ -1,0 +1,313 @@
+package subscriptions
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"database/sql"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/modules/tasks"
+)
+
+// The delivery state machine (seed 001 §4–§6):
+//
+//	PENDING --claim--> LEASED --ack--> ACKED
+//	LEASED --lease ran out, attempts < budget--> PENDING (recovery)
+//	LEASED --lease ran out, attempts = budget--> EXPIRED (recovery)
+//	EXPIRED --manual retry--> PENDING
+//
+// Every transition bumps the revision. The latest proof (epoch and secret)
+// may still ACK after its lease ran out, from PENDING or EXPIRED, as long as
+// no new lease replaced it (E-11).
+
+// CodeDeliveryLeaseLost is the event-protocol error for an ACK whose proof
+// is not the delivery's latest lease. A wrong secret gets the same answer.
+const CodeDeliveryLeaseLost httpx.Code = "DELIVERY_LEASE_LOST"
+
+// ErrLeaseLost answers an ACK with a superseded or wrong proof.
+var ErrLeaseLost = httpx.Errorf(CodeDeliveryLeaseLost, "this proof does not hold the delivery's latest lease")
+
+// EventSessionOpenParams describe an event connection.
+type EventSessionOpenParams struct {
+	SubscriptionID string
+	CredentialID   string
+	Capacity       int
+}
+
+// EventSessionOpen records an event connection and returns its session id.
+func EventSessionOpen(ctx context.Context, pool *sql.DB, p *EventSessionOpenParams) (string, error) {
+	id := db.NewID()
+	_, err := pool.ExecContext(ctx, `INSERT INTO event_sessions (id, subscription_id, credential_id, capacity, connected_at)
+		VALUES (?, ?, ?, ?, ?)`, id, p.SubscriptionID, p.CredentialID, p.Capacity, db.Now())
+	if err != nil {
+		return "", fmt.Errorf("subscriptions: open event session: %w", err)
+	}
+	return id, nil
+}
+
+// EventSessionClose marks an event connection closed. Its leases stay (E-5,
+// E-16): they expire or are ACKed with their proofs from another connection.
+func EventSessionClose(ctx context.Context, pool *sql.DB, sessionID string) error {
+	_, err := pool.ExecContext(ctx, `UPDATE event_sessions SET closed_at = ? WHERE id = ? AND closed_at IS NULL`, db.Now(), sessionID)
+	if err != nil {
+		return fmt.Errorf("subscriptions: close event session: %w", err)
+	}
+	return nil
+}
+
+// RecoverLeases moves up to batch LEASED deliveries of a subscription whose
+// lease ran out to PENDING, or to EXPIRED when their attempts reached the
+// budget (E-8, S-22). Claims call it for their subscription; the background
+// sweeper calls it for all with subscriptionID "". It returns how many it
+// recovered.
+func RecoverLeases(ctx context.Context, pool *sql.DB, subscriptionID string, batch int) (int, error) {
+	n := 0
+	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
+		var err error
+		n, err = recoverLeases(ctx, tx, subscriptionID, batch, db.Now())
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("subscriptions: recover leases: %w", err)
+	}
+	return n, nil
+}
+
+func recoverLeases(ctx context.Context, tx *sql.Tx, subscriptionID string, batch int, now time.Time) (int, error) {
+	query := `SELECT id, attempts >= attempt_budget FROM event_deliveries WHERE state = 'LEASED' AND lease_until < ?`
+	args := []any{now}
+	if subscriptionID != "" {
+		query = `SELECT id, attempts >= attempt_budget FROM event_deliveries
+			WHERE subscription_id = ? AND state = 'LEASED' AND lease_until < ?`
+		args = []any{subscriptionID, now}
+	}
+	rows, err := tx.QueryContext(ctx, query+` LIMIT ? FOR UPDATE SKIP LOCKED`, append(args, batch)...)
+	if err != nil {
+		return 0, err
+	}
+	var toPending, toExpired []any
+	for rows.Next() {
+		var id string
+		var exhausted bool
+		if err := rows.Scan(&id, &exhausted); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		if exhausted {
+			toExpired = append(toExpired, id)
+		} else {
+			toPending = append(toPending, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if len(toPending) > 0 {
+		if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'PENDING', revision = revision + 1,
+			lease_until = NULL, lease_session_id = NULL, available_at = ? WHERE id IN (`+placeholders(len(toPending))+`)`,
+			append([]any{now}, toPending...)...); err != nil {
+			return 0, err
+		}
+	}
+	if len(toExpired) > 0 {
+		if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'EXPIRED', revision = revision + 1,
+			lease_until = NULL, lease_session_id = NULL WHERE id IN (`+placeholders(len(toExpired))+`)`, toExpired...); err != nil {
+			return 0, err
+		}
+	}
+	return len(toPending) + len(toExpired), nil
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// Lease is one delivery leased to an event connection, with what
+// event.deliver carries.
+type Lease struct {
+	Delivery *Delivery
+	Event    tasks.Event
+	Secret   string
+}
+
+// ClaimParams describe a claim for one event connection.
+type ClaimParams struct {
+	SessionID     string
+	LeaseDuration time.Duration
+	// RecoverBatch bounds the expired leases recovered first.
+	RecoverBatch int
+}
+
+// Claim leases PENDING deliveries of the session's subscription up to the
+// session's free capacity (E-4, E-7, E-8). Capacity is counted against the
+// session row locked in the same transaction, so it holds across nodes;
+// SKIP LOCKED lets many connections claim from one subscription without
+// ever leasing a delivery twice. Expired leases of the subscription are
+// recovered first. The leases are committed before Claim returns, so the
+// caller sends event.deliver only for persisted leases. A paused
+// subscription, or a closed session, gets nothing.
+func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
+	var out []Lease
+	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
+		out = nil
+		var subscriptionID string
+		var capacity int
+		var closed sql.NullTime
+		err := tx.QueryRowContext(ctx, `SELECT subscription_id, capacity, closed_at FROM event_sessions WHERE id = ? FOR UPDATE`, p.SessionID).
+			Scan(&subscriptionID, &capacity, &closed)
+		if err != nil {
+			return err
+		}
+		if closed.Valid {
+			return nil
+		}
+		var enabled bool
+		var queueID string
+		if err := tx.QueryRowContext(ctx, `SELECT enabled, queue_id FROM subscriptions WHERE id = ?`, subscriptionID).Scan(&enabled, &queueID); err != nil {
+			return err
+		}
+		if !enabled {
+			return nil
+		}
+		now := db.Now()
+		if _, err := recoverLeases(ctx, tx, subscriptionID, p.RecoverBatch, now); err != nil {
+			return err
+		}
+		var held int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM event_deliveries WHERE lease_session_id = ? AND state = 'LEASED'`, p.SessionID).Scan(&held); err != nil {
+			return err
+		}
+		free := capacity - held
+		if free <= 0 {
+			return nil
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM event_deliveries
+			WHERE subscription_id = ? AND state = 'PENDING' AND available_at <= ?
+			ORDER BY sequence LIMIT ? FOR UPDATE SKIP LOCKED`, subscriptionID, now, free)
+		if err != nil {
+			return err
+		}
+		var picked []*Delivery
+		for rows.Next() {
+			d, err := scanDelivery(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			picked = append(picked, d)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		until := now.Add(p.LeaseDuration)
+		for _, d := range picked {
+			secret, digest := newLeaseSecret()
+			d.State = StateLeased
+			d.Revision++
+			d.LeaseEpoch++
+			d.Attempts++
+			d.LeaseUntil = &until
+			d.LeaseDigest = digest[:]
+			d.LeaseSession = p.SessionID
+			if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'LEASED', revision = ?, lease_epoch = ?,
+				attempts = ?, lease_until = ?, lease_secret_digest = ?, lease_session_id = ? WHERE id = ?`,
+				d.Revision, d.LeaseEpoch, d.Attempts, until, d.LeaseDigest, p.SessionID, d.ID); err != nil {
+				return err
+			}
+			ev, err := tasks.EventGet(ctx, tx, queueID, d.EventID)
+			if err != nil {
+				return fmt.Errorf("event %s of delivery %s: %w", d.EventID, d.ID, err)
+			}
+			out = append(out, Lease{Delivery: d, Event: ev, Secret: secret})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscriptions: claim: %w", err)
+	}
+	return out, nil
+}
+
+func newLeaseSecret() (string, [32]byte) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic("subscriptions: crypto/rand failed: " + err.Error())
+	}
+	secret := base64.RawURLEncoding.EncodeToString(b)
+	return secret, sha256.Sum256([]byte(secret))
+}
+
+// AckParams are one event.ack.
+type AckParams struct {
+	SubscriptionID string
+	DeliveryID     string
+	Epoch          uint64
+	Secret         string
+	SessionID      string
+}
+
+// AckResult is what the ack frame answers (E-9, E-10).
+type AckResult struct {
+	DeliveryID     string       `json:"delivery_id"`
+	EventID        string       `json:"event_id"`
+	Epoch          httpx.Uint64 `json:"epoch"`
+	AcknowledgedAt string       `json:"acknowledged_at"`
+	Deduplicated   bool         `json:"deduplicated"`
+}
+
+// Ack acknowledges a delivery with its latest proof (E-9 … E-11): the first
+// time it becomes ACKED, leaving the backlog, with one audit record; the same
+// proof again returns the original acknowledged_at with Deduplicated and
+// changes nothing; a superseded or wrong proof is ErrLeaseLost.
+func Ack(ctx context.Context, pool *sql.DB, p *AckParams) (AckResult, error) {
+	var res AckResult
+	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
+		d, err := scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM event_deliveries
+			WHERE id = ? AND subscription_id = ? FOR UPDATE`, p.DeliveryID, p.SubscriptionID))
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrLeaseLost
+		}
+		if err != nil {
+			return err
+		}
+		digest := sha256.Sum256([]byte(p.Secret))
+		matches := len(d.LeaseDigest) == len(digest) && subtle.ConstantTimeCompare(d.LeaseDigest, digest[:]) == 1
+		if !matches || d.LeaseEpoch == 0 || d.LeaseEpoch != p.Epoch {
+			return ErrLeaseLost
+		}
+		res = AckResult{DeliveryID: d.ID, EventID: d.EventID, Epoch: httpx.Uint64(d.LeaseEpoch)}
+		if d.State == StateAcked {
+			res.AcknowledgedAt = httpx.FormatTime(*d.AcknowledgedAt)
+			res.Deduplicated = true
+			return nil
+		}
+		now := db.Now()
+		if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'ACKED', revision = revision + 1,
+			acknowledged_at = ?, lease_until = NULL WHERE id = ?`, now, d.ID); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO delivery_acks (delivery_id, subscription_id, epoch, session_id, acknowledged_at)
+			VALUES (?, ?, ?, ?, ?)`, d.ID, d.SubscriptionID, d.LeaseEpoch, p.SessionID, now); err != nil {
+			return err
+		}
+		res.AcknowledgedAt = httpx.FormatTime(now)
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			return AckResult{}, ErrLeaseLost
+		}
+		return AckResult{}, fmt.Errorf("subscriptions: ack: %w", err)
+	}
+	return res, nil
+}

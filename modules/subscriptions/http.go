@@ -1,0 +1,427 @@
+package subscriptions
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"io"
+	"net/http"
+	"unicode/utf8"
+
+	"github.com/gorilla/mux"
+
+	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/idem"
+	"github.com/orbitrun/orbit/modules/tasks"
+)
+
+func (m *Module) routes(r *mux.Router) {
+	a := m.auth
+	r.Handle("/v1/subscriptions", a.Require(auth.PermEventsManage, http.HandlerFunc(m.create))).Methods(http.MethodPost)
+	r.Handle("/v1/subscriptions", a.Require(auth.PermEventsRead, http.HandlerFunc(m.list))).Methods(http.MethodGet)
+	r.Handle("/v1/subscriptions/{id}", a.Require(auth.PermEventsRead, http.HandlerFunc(m.get))).Methods(http.MethodGet)
+	r.Handle("/v1/subscriptions/{id}:configure", a.Require(auth.PermEventsManage, http.HandlerFunc(m.configure))).Methods(http.MethodPost)
+	r.Handle("/v1/subscriptions/{id}/deliveries", a.Require(auth.PermEventsRead, http.HandlerFunc(m.listDeliveries))).Methods(http.MethodGet)
+	r.Handle("/v1/subscriptions/{id}/deliveries/{delivery_id}", a.Require(auth.PermEventsRead, http.HandlerFunc(m.getDelivery))).Methods(http.MethodGet)
+	r.Handle("/v1/subscriptions/{id}/deliveries/{delivery_id}:retry", a.Require(auth.PermEventsManage, http.HandlerFunc(m.retry))).Methods(http.MethodPost)
+}
+
+// readBody rejects query parameters, reads the body and decodes it
+// strictly, returning the raw bytes for the idempotency digest.
+func readBody(r *http.Request, dst any) ([]byte, error) {
+	if _, err := httpx.Query(r); err != nil {
+		return nil, err
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, httpx.MaxBodyBytes+1))
+	if err != nil {
+		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "request body could not be read")
+	}
+	r.Body = io.NopCloser(bytes.NewReader(raw))
+	if err := httpx.DecodeJSON(r, dst); err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
+
+func checkReason(reason string) error {
+	if n := utf8.RuneCountInString(reason); n == 0 || n > MaxReasonChars {
+		return httpx.Errorf(httpx.CodeInvalidArgument, "reason must be 1 to %d characters", MaxReasonChars)
+	}
+	return nil
+}
+
+type createRequest struct {
+	Name         *string       `json:"name"`
+	QueueID      *string       `json:"queue_id"`
+	Types        []string      `json:"types"`
+	FromSequence *httpx.Uint64 `json:"from_sequence"`
+	MaxPending   *int          `json:"max_pending"`
+	MaxAttempts  *int          `json:"max_attempts"`
+}
+
+type subscriptionReceipt struct {
+	Subscription SubscriptionView `json:"subscription"`
+}
+
+func (m *Module) create(w http.ResponseWriter, r *http.Request) {
+	p := auth.FromContext(r.Context())
+	var req createRequest
+	raw, err := readBody(r, &req)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	params, err := req.params(p)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	idem.Handle(w, r, m.db, p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
+		s, err := SubscriptionCreate(ctx, tx, params)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusCreated, subscriptionReceipt{Subscription: s.View()}, nil
+	})
+	m.wake.Notify()
+}
+
+// params checks a create request (S-4, S-5, S-11) and binds it to the
+// caller's credential (S-1).
+func (req *createRequest) params(p *auth.Principal) (*SubscriptionCreateParams, error) {
+	if err := httpx.Required(
+		httpx.Field{Path: "name", Present: req.Name != nil},
+		httpx.Field{Path: "queue_id", Present: req.QueueID != nil},
+	); err != nil {
+		return nil, err
+	}
+	if !httpx.ValidName(*req.Name, 128) {
+		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "name must be 1-128 ASCII letters, digits, '.', '_' or '-', starting with a letter or digit")
+	}
+	if !httpx.ValidID(*req.QueueID) {
+		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "queue_id must be 32 lowercase hex characters")
+	}
+	types, err := normalizeTypes(req.Types)
+	if err != nil {
+		return nil, err
+	}
+	maxPending := DefaultMaxPending
+	if req.MaxPending != nil && *req.MaxPending != 0 {
+		if *req.MaxPending < 1 || *req.MaxPending > MaxMaxPending {
+			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "max_pending must be 0 (default %d) or 1 to %d", DefaultMaxPending, MaxMaxPending)
+		}
+		maxPending = *req.MaxPending
+	}
+	maxAttempts := DefaultMaxAttempts
+	if req.MaxAttempts != nil && *req.MaxAttempts != 0 {
+		if *req.MaxAttempts < 1 || *req.MaxAttempts > MaxMaxAttempts {
+			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "max_attempts must be 0 (default %d) or 1 to %d", DefaultMaxAttempts, MaxMaxAttempts)
+		}
+		maxAttempts = *req.MaxAttempts
+	}
+	if !p.HasQueue(*req.QueueID) {
+		return nil, auth.ErrNotFound("queue")
+	}
+	params := &SubscriptionCreateParams{
+		NamespaceID: p.NamespaceID, QueueID: *req.QueueID, CredentialID: p.CredentialID, Name: *req.Name,
+		Types: types, MaxPending: maxPending, MaxAttempts: maxAttempts,
+	}
+	if req.FromSequence != nil {
+		from := uint64(*req.FromSequence)
+		params.FromSequence = &from
+	}
+	return params, nil
+}
+
+// loadOwned returns the subscription named in the path if the caller owns
+// it and holds a grant on its queue; otherwise 404 whether or not it exists
+// (S-1, C-3).
+func (m *Module) loadOwned(r *http.Request) (*Subscription, error) {
+	id := mux.Vars(r)["id"]
+	if !httpx.ValidID(id) {
+		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "subscription id must be 32 lowercase hex characters")
+	}
+	s, err := SubscriptionGet(r.Context(), m.db, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, auth.ErrNotFound("subscription")
+	}
+	if err != nil {
+		return nil, err
+	}
+	p := auth.FromContext(r.Context())
+	if s.CredentialID != p.CredentialID || s.NamespaceID != p.NamespaceID || !p.HasQueue(s.QueueID) {
+		return nil, auth.ErrNotFound("subscription")
+	}
+	return s, nil
+}
+
+func (m *Module) get(w http.ResponseWriter, r *http.Request) {
+	if _, err := httpx.Query(r); err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	s, err := m.loadOwned(r)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	httpx.WriteData(w, r, http.StatusOK, s.View())
+}
+
+type subscriptionPage struct {
+	Items      []SubscriptionView `json:"items"`
+	NextCursor string             `json:"next_cursor,omitempty"`
+}
+
+func (m *Module) list(w http.ResponseWriter, r *http.Request) {
+	q, err := httpx.Query(r, "queue_id", "limit", "cursor")
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	queueID, ok := q["queue_id"]
+	if !ok {
+		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "query parameter queue_id is required"))
+		return
+	}
+	if !httpx.ValidID(queueID) {
+		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "queue_id must be 32 lowercase hex characters"))
+		return
+	}
+	limit, err := httpx.Limit(q)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	p := auth.FromContext(r.Context())
+	if !p.HasQueue(queueID) {
+		httpx.WriteError(w, r, auth.ErrNotFound("queue"))
+		return
+	}
+	binding := "subscriptions|" + p.CredentialID + "|" + p.NamespaceID + "|queue=" + queueID
+	params := &SubscriptionListParams{QueueID: queueID, CredentialID: p.CredentialID, Limit: limit}
+	if c, ok := q["cursor"]; ok {
+		pos, err := httpx.DecodeCursor(c, binding)
+		if err != nil {
+			httpx.WriteError(w, r, err)
+			return
+		}
+		params.After = &pos
+	}
+	rows, err := SubscriptionList(r.Context(), m.db, params)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	page := subscriptionPage{Items: []SubscriptionView{}}
+	for i, s := range rows {
+		if i == limit {
+			last := rows[limit-1]
+			page.NextCursor = httpx.EncodeCursor(binding, httpx.Cursor{CreatedAt: last.CreatedAt, ID: last.ID})
+			break
+		}
+		page.Items = append(page.Items, s.View())
+	}
+	httpx.WriteData(w, r, http.StatusOK, page)
+}
+
+type configureRequest struct {
+	ExpectedRevision *httpx.Uint64 `json:"expected_revision"`
+	Enabled          *bool         `json:"enabled"`
+	Reason           *string       `json:"reason"`
+}
+
+func (m *Module) configure(w http.ResponseWriter, r *http.Request) {
+	var req configureRequest
+	raw, err := readBody(r, &req)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	if err := httpx.Required(
+		httpx.Field{Path: "expected_revision", Present: req.ExpectedRevision != nil},
+		httpx.Field{Path: "enabled", Present: req.Enabled != nil},
+		httpx.Field{Path: "reason", Present: req.Reason != nil},
+	); err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	if err := checkReason(*req.Reason); err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	s, err := m.loadOwned(r)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	p := auth.FromContext(r.Context())
+	idem.Handle(w, r, m.db, p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
+		after, err := SubscriptionConfigure(ctx, tx, &SubscriptionConfigureParams{
+			ID: s.ID, CredentialID: p.CredentialID, ExpectedRevision: uint64(*req.ExpectedRevision),
+			Enabled: *req.Enabled, Reason: *req.Reason,
+		})
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, subscriptionReceipt{Subscription: after.View()}, nil
+	})
+	m.wake.Notify()
+}
+
+type deliveryPage struct {
+	Items      []DeliveryView `json:"items"`
+	NextCursor string         `json:"next_cursor,omitempty"`
+}
+
+func (m *Module) listDeliveries(w http.ResponseWriter, r *http.Request) {
+	q, err := httpx.Query(r, "limit", "cursor", "state")
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	state := q["state"]
+	switch state {
+	case "", StatePending, StateLeased, StateAcked, StateExpired:
+	default:
+		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "state must be PENDING, LEASED, ACKED or EXPIRED"))
+		return
+	}
+	limit, err := httpx.Limit(q)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	s, err := m.loadOwned(r)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	p := auth.FromContext(r.Context())
+	binding := "deliveries|" + s.ID + "|" + p.CredentialID + "|" + p.NamespaceID + "|state=" + state
+	params := &DeliveryListParams{SubscriptionID: s.ID, State: state, Limit: limit}
+	if c, ok := q["cursor"]; ok {
+		pos, err := httpx.DecodeCursor(c, binding)
+		if err != nil {
+			httpx.WriteError(w, r, err)
+			return
+		}
+		params.After = &pos
+	}
+	rows, err := DeliveryList(r.Context(), m.db, params)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	page := deliveryPage{Items: []DeliveryView{}}
+	for i, d := range rows {
+		if i == limit {
+			last := rows[limit-1]
+			page.NextCursor = httpx.EncodeCursor(binding, httpx.Cursor{CreatedAt: last.CreatedAt, ID: last.ID})
+			break
+		}
+		page.Items = append(page.Items, d.View())
+	}
+	httpx.WriteData(w, r, http.StatusOK, page)
+}
+
+type deliveryDetail struct {
+	Delivery DeliveryView `json:"delivery"`
+	Event    tasks.Event  `json:"event"`
+}
+
+// loadDelivery returns the delivery named in the path within the caller's
+// subscription; a delivery of another subscription is 404 (S-19).
+func (m *Module) loadDelivery(r *http.Request, s *Subscription) (*Delivery, error) {
+	id := mux.Vars(r)["delivery_id"]
+	if !httpx.ValidID(id) {
+		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "delivery id must be 32 lowercase hex characters")
+	}
+	d, err := DeliveryGet(r.Context(), m.db, s.ID, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, auth.ErrNotFound("delivery")
+	}
+	return d, err
+}
+
+func (m *Module) getDelivery(w http.ResponseWriter, r *http.Request) {
+	if _, err := httpx.Query(r); err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	s, err := m.loadOwned(r)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	d, err := m.loadDelivery(r, s)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	ev, err := tasks.EventGet(r.Context(), m.db, s.QueueID, d.EventID)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	httpx.WriteData(w, r, http.StatusOK, deliveryDetail{Delivery: d.View(), Event: ev})
+}
+
+type retryRequest struct {
+	ExpectedRevision   *httpx.Uint64 `json:"expected_revision"`
+	Reason             *string       `json:"reason"`
+	AdditionalAttempts *int          `json:"additional_attempts"`
+}
+
+type deliveryReceipt struct {
+	Delivery DeliveryView `json:"delivery"`
+}
+
+func (m *Module) retry(w http.ResponseWriter, r *http.Request) {
+	var req retryRequest
+	raw, err := readBody(r, &req)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	if err := httpx.Required(
+		httpx.Field{Path: "expected_revision", Present: req.ExpectedRevision != nil},
+		httpx.Field{Path: "reason", Present: req.Reason != nil},
+		httpx.Field{Path: "additional_attempts", Present: req.AdditionalAttempts != nil},
+	); err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	if err := checkReason(*req.Reason); err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	if n := *req.AdditionalAttempts; n < 1 || n > MaxAdditionalAttempts {
+		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "additional_attempts must be 1 to %d", MaxAdditionalAttempts))
+		return
+	}
+	s, err := m.loadOwned(r)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	d, err := m.loadDelivery(r, s)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	p := auth.FromContext(r.Context())
+	idem.Handle(w, r, m.db, p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
+		after, err := DeliveryRetry(ctx, tx, &DeliveryRetryParams{
+			SubscriptionID: s.ID, ID: d.ID, CredentialID: p.CredentialID,
+			ExpectedRevision: uint64(*req.ExpectedRevision), AdditionalAttempts: *req.AdditionalAttempts, Reason: *req.Reason,
+		})
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, deliveryReceipt{Delivery: after.View()}, nil
+	})
+	m.Claimable.Notify()
+}

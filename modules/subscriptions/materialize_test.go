@@ -1,0 +1,244 @@
+package subscriptions
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/testdb"
+	"github.com/orbitrun/orbit/modules/admin"
+	"github.com/orbitrun/orbit/modules/tasks"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+type fixture struct {
+	db    *sql.DB
+	scope admin.Scope
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	pool := testdb.New(t)
+	sc, err := admin.NewStore(pool).ScopeEnsure(context.Background(), &admin.ScopeEnsureParams{
+		Namespace: "ns", Application: "app", Environment: "env", Queue: "q",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{db: pool, scope: sc}
+}
+
+// appendEvents writes n events straight into the queue's log, cycling
+// through the four result types, much faster than driving tasks.
+func (f *fixture) appendEvents(t *testing.T, n int) {
+	t.Helper()
+	ctx := context.Background()
+	const chunk = 500
+	for start := 0; start < n; start += chunk {
+		err := db.Tx(ctx, f.db, func(tx *sql.Tx) error {
+			var head uint64
+			err := tx.QueryRowContext(ctx, `SELECT head_sequence FROM queue_streams WHERE queue_id = ? FOR UPDATE`, f.scope.QueueID).Scan(&head)
+			if err == sql.ErrNoRows {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO queue_streams (queue_id, head_sequence, updated_at) VALUES (?, 0, ?)`, f.scope.QueueID, db.Now()); err != nil {
+					return err
+				}
+			} else if err != nil {
+				return err
+			}
+			var values []string
+			var args []any
+			for i := 0; i < chunk && start+i < n; i++ {
+				head++
+				values = append(values, "(?, ?, ?, ?, ?, 2, ?, '{}', '{}')")
+				args = append(args, f.scope.QueueID, head, db.NewID(), tasks.ResultTypes[int(head)%4], db.NewID(), db.Now())
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO result_events (queue_id, sequence, id, type, task_id, task_revision, occurred_at, details, snapshot) VALUES `+strings.Join(values, ","), args...); err != nil {
+				return err
+			}
+			_, err = tx.ExecContext(ctx, `UPDATE queue_streams SET head_sequence = ? WHERE queue_id = ?`, head, f.scope.QueueID)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (f *fixture) create(t *testing.T, name string, types []string, from *uint64, maxPending int) *Subscription {
+	t.Helper()
+	var s *Subscription
+	err := db.Tx(context.Background(), f.db, func(tx *sql.Tx) error {
+		var err error
+		s, err = SubscriptionCreate(context.Background(), tx, &SubscriptionCreateParams{
+			NamespaceID: f.scope.NamespaceID, QueueID: f.scope.QueueID, CredentialID: "c", Name: name,
+			Types: types, FromSequence: from, MaxPending: maxPending, MaxAttempts: 3,
+		})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func zero() *uint64 { var z uint64; return &z }
+
+func TestS23_ConcurrentMaterializersCreateEachDeliveryOnceAndStopAtMaxPending(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.appendEvents(t, 5000)
+	// All four types, a backlog bound below the log: the scan must stop at
+	// max_pending exactly, with the cursor just before the first event that
+	// did not fit.
+	bounded := f.create(t, "bounded", nil, zero(), 1000)
+	// Only task.failed, unbounded enough to take all its events.
+	failed := f.create(t, "failed-only", []string{tasks.EventFailed}, zero(), 1000)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := 0; i < 8; i++ {
+		for _, id := range []string{bounded.ID, failed.ID} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					_, more, err := Materialize(context.Background(), f.db, id, 137)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if !more {
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	check := func(s *Subscription, wantDeliveries int, wantCursor uint64) {
+		t.Helper()
+		var n, distinct int
+		if err := f.db.QueryRow(`SELECT COUNT(*), COUNT(DISTINCT event_id) FROM event_deliveries WHERE subscription_id = ?`, s.ID).Scan(&n, &distinct); err != nil {
+			t.Fatal(err)
+		}
+		got, err := SubscriptionGet(context.Background(), f.db, s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != wantDeliveries || distinct != n || got.CursorSequence != wantCursor || got.PendingCount != wantDeliveries {
+			t.Fatalf("%s: %d deliveries (%d distinct), cursor %d, pending %d; want %d deliveries, cursor %d",
+				s.Name, n, distinct, got.CursorSequence, got.PendingCount, wantDeliveries, wantCursor)
+		}
+	}
+	// Every event matches "bounded": it takes sequences 1..1000 and stops.
+	check(bounded, 1000, 1000)
+	// task.failed is ResultTypes[1]: sequences 1, 5, 9, ... 4997 (1250 of
+	// them); the backlog of 1000 fills at sequence 3997, and the scan stops
+	// before the next match, 4001.
+	check(failed, 1000, 4000)
+}
+
+func TestS4a_FromSequenceSetsTheCursor(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.appendEvents(t, 12)
+	head := f.create(t, "head", nil, nil, 0+100)
+	if head.CursorSequence != 12 {
+		t.Fatalf("omitted from_sequence: cursor %d, want the head 12", head.CursorSequence)
+	}
+	five := uint64(5)
+	if s := f.create(t, "five", nil, &five, 100); s.CursorSequence != 5 {
+		t.Fatalf("from_sequence 5: cursor %d", s.CursorSequence)
+	}
+	if s := f.create(t, "zero", nil, zero(), 100); s.CursorSequence != 0 {
+		t.Fatalf("from_sequence 0: cursor %d", s.CursorSequence)
+	}
+	after := uint64(13)
+	err := db.Tx(context.Background(), f.db, func(tx *sql.Tx) error {
+		_, err := SubscriptionCreate(context.Background(), tx, &SubscriptionCreateParams{
+			NamespaceID: f.scope.NamespaceID, QueueID: f.scope.QueueID, CredentialID: "c", Name: "late",
+			Types: tasks.ResultTypes, FromSequence: &after, MaxPending: 100, MaxAttempts: 3,
+		})
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "INVALID_ARGUMENT") {
+		t.Fatalf("from_sequence after the head: %v, want INVALID_ARGUMENT", err)
+	}
+}
+
+func TestE8_ClaimRecoverAckStateMachine(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.appendEvents(t, 3)
+	s := f.create(t, "sm", nil, zero(), 100)
+	// A budget of one attempt, so the first expiry exhausts it.
+	if _, err := f.db.Exec(`UPDATE subscriptions SET max_attempts = 1 WHERE id = ?`, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if n, _, err := Materialize(ctx, f.db, s.ID, 100); err != nil || n != 3 {
+		t.Fatalf("materialize: %d %v", n, err)
+	}
+	session, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: "c", Capacity: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := Claim(ctx, f.db, &ClaimParams{SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
+	if err != nil || len(leases) != 2 {
+		t.Fatalf("claim: %d leases, %v; want capacity 2", len(leases), err)
+	}
+	first := leases[0]
+	if first.Delivery.LeaseEpoch != 1 || first.Delivery.Attempts != 1 || first.Delivery.State != StateLeased || first.Event.ID != first.Delivery.EventID {
+		t.Fatalf("lease: %+v", first.Delivery)
+	}
+	if more, err := Claim(ctx, f.db, &ClaimParams{SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(more) != 0 {
+		t.Fatalf("a full session claimed %d more (%v)", len(more), err)
+	}
+	ack := &AckParams{SubscriptionID: s.ID, DeliveryID: first.Delivery.ID, Epoch: 1, Secret: first.Secret, SessionID: session}
+	res, err := Ack(ctx, f.db, ack)
+	if err != nil || res.Deduplicated {
+		t.Fatalf("ack: %+v %v", res, err)
+	}
+	again, err := Ack(ctx, f.db, ack)
+	if err != nil || !again.Deduplicated || again.AcknowledgedAt != res.AcknowledgedAt {
+		t.Fatalf("repeat ack: %+v %v; want the original acknowledged_at, deduplicated", again, err)
+	}
+	wrong := *ack
+	wrong.Secret = strings.Repeat("A", 43)
+	if _, err := Ack(ctx, f.db, &wrong); err != ErrLeaseLost {
+		t.Fatalf("wrong secret: %v, want DELIVERY_LEASE_LOST", err)
+	}
+	var acks int
+	f.db.QueryRow(`SELECT COUNT(*) FROM delivery_acks WHERE delivery_id = ?`, first.Delivery.ID).Scan(&acks)
+	if acks != 1 {
+		t.Fatalf("%d ack records, want 1", acks)
+	}
+	// The second lease runs out with its budget used: recovery expires it.
+	second := leases[1]
+	if _, err := f.db.Exec(`UPDATE event_deliveries SET lease_until = ? WHERE id = ?`, db.Now().Add(-time.Second), second.Delivery.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := RecoverLeases(ctx, f.db, "", 10); err != nil || n != 1 {
+		t.Fatalf("recover: %d %v", n, err)
+	}
+	d, err := DeliveryGet(ctx, f.db, s.ID, second.Delivery.ID)
+	if err != nil || d.State != StateExpired || d.Revision != second.Delivery.Revision+1 {
+		t.Fatalf("after recovery: %+v %v; want EXPIRED with a new revision", d, err)
+	}
+	// The latest proof may still ACK while no new epoch replaced it (E-11).
+	if res, err := Ack(ctx, f.db, &AckParams{SubscriptionID: s.ID, DeliveryID: d.ID, Epoch: 1, Secret: second.Secret, SessionID: session}); err != nil || res.Deduplicated {
+		t.Fatalf("late ack of an expired lease: %+v %v", res, err)
+	}
+	got, _ := SubscriptionGet(ctx, f.db, s.ID)
+	if got.PendingCount != 1 {
+		t.Fatalf("pending_count %d, want 1 (two of three acknowledged)", got.PendingCount)
+	}
+}

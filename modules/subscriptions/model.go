@@ -1,0 +1,177 @@
+package subscriptions
+
+import (
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/modules/tasks"
+)
+
+// Delivery states.
+const (
+	StatePending = "PENDING"
+	StateLeased  = "LEASED"
+	StateAcked   = "ACKED"
+	StateExpired = "EXPIRED"
+)
+
+// Limits and defaults of seed 001 §2 and §4.
+const (
+	MaxSubscriptionsPerNamespace = 64
+	DefaultMaxPending            = 100
+	MaxMaxPending                = 1000
+	DefaultMaxAttempts           = 20
+	MaxMaxAttempts               = 100
+	MaxAdditionalAttempts        = 100
+	MaxAttemptBudget             = 1_000_000
+	MaxReasonChars               = 1024
+)
+
+// Subscription is a subscription row plus its live backlog.
+type Subscription struct {
+	ID             string
+	NamespaceID    string
+	QueueID        string
+	CredentialID   string
+	Name           string
+	Revision       uint64
+	Enabled        bool
+	Types          []string
+	CursorSequence uint64
+	// PendingCount is the number of PENDING, LEASED and EXPIRED deliveries.
+	PendingCount int
+	MaxPending   int
+	MaxAttempts  int
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// SubscriptionView is the wire form, field for field the seed's.
+type SubscriptionView struct {
+	ID             string       `json:"id"`
+	QueueID        string       `json:"queue_id"`
+	CredentialID   string       `json:"credential_id"`
+	Name           string       `json:"name"`
+	Revision       httpx.Uint64 `json:"revision"`
+	Enabled        bool         `json:"enabled"`
+	Types          []string     `json:"types"`
+	CursorSequence httpx.Uint64 `json:"cursor_sequence"`
+	PendingCount   int          `json:"pending_count"`
+	MaxPending     int          `json:"max_pending"`
+	MaxAttempts    int          `json:"max_attempts"`
+	CreatedAt      string       `json:"created_at"`
+	UpdatedAt      string       `json:"updated_at"`
+}
+
+// View returns the wire form of s.
+func (s *Subscription) View() SubscriptionView {
+	return SubscriptionView{
+		ID: s.ID, QueueID: s.QueueID, CredentialID: s.CredentialID, Name: s.Name,
+		Revision: httpx.Uint64(s.Revision), Enabled: s.Enabled, Types: s.Types,
+		CursorSequence: httpx.Uint64(s.CursorSequence), PendingCount: s.PendingCount,
+		MaxPending: s.MaxPending, MaxAttempts: s.MaxAttempts,
+		CreatedAt: httpx.FormatTime(s.CreatedAt), UpdatedAt: httpx.FormatTime(s.UpdatedAt),
+	}
+}
+
+// wants reports whether the subscription receives events of type typ.
+func (s *Subscription) wants(typ string) bool {
+	for _, t := range s.Types {
+		if t == typ {
+			return true
+		}
+	}
+	return false
+}
+
+// normalizeTypes checks a requested type set (S-4, S-5, S-7): empty means
+// all four result types; otherwise a non-repeating subset, returned sorted.
+func normalizeTypes(in []string) ([]string, error) {
+	if len(in) == 0 {
+		return append([]string(nil), tasks.ResultTypes...), nil
+	}
+	seen := map[string]bool{}
+	for _, t := range in {
+		valid := false
+		for _, r := range tasks.ResultTypes {
+			valid = valid || t == r
+		}
+		if !valid {
+			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "types: %q is not a result type (task.succeeded, task.failed, task.cancelled, task.needs_review)", t)
+		}
+		if seen[t] {
+			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "types: %q is repeated", t)
+		}
+		seen[t] = true
+	}
+	out := append([]string(nil), in...)
+	sort.Strings(out)
+	return out, nil
+}
+
+func joinTypes(types []string) string { return strings.Join(types, ",") }
+
+func splitTypes(s string) []string {
+	if s == "" {
+		return []string{}
+	}
+	return strings.Split(s, ",")
+}
+
+// Delivery is an event delivery row.
+type Delivery struct {
+	ID             string
+	SubscriptionID string
+	QueueID        string
+	EventID        string
+	Sequence       uint64
+	Revision       uint64
+	State          string
+	CreatedAt      time.Time
+	AvailableAt    time.Time
+	LeaseEpoch     uint64
+	LeaseUntil     *time.Time
+	LeaseDigest    []byte
+	LeaseSession   string
+	Attempts       int
+	AttemptBudget  int
+	AcknowledgedAt *time.Time
+}
+
+// DeliveryView is the wire form of an EventDelivery (seed 001 §4). It never
+// holds the lease secret or its digest.
+type DeliveryView struct {
+	CreatedAt      string       `json:"created_at"`
+	ID             string       `json:"id"`
+	SubscriptionID string       `json:"subscription_id"`
+	EventID        string       `json:"event_id"`
+	Sequence       httpx.Uint64 `json:"sequence"`
+	Revision       httpx.Uint64 `json:"revision"`
+	State          string       `json:"state"`
+	AvailableAt    string       `json:"available_at"`
+	LeaseEpoch     httpx.Uint64 `json:"lease_epoch"`
+	LeaseUntil     string       `json:"lease_until,omitempty"`
+	Attempts       int          `json:"attempts"`
+	AttemptBudget  int          `json:"attempt_budget"`
+	AcknowledgedAt string       `json:"acknowledged_at,omitempty"`
+}
+
+// View returns the wire form of d. lease_until appears only while LEASED and
+// acknowledged_at only when ACKED.
+func (d *Delivery) View() DeliveryView {
+	v := DeliveryView{
+		CreatedAt: httpx.FormatTime(d.CreatedAt), ID: d.ID, SubscriptionID: d.SubscriptionID,
+		EventID: d.EventID, Sequence: httpx.Uint64(d.Sequence), Revision: httpx.Uint64(d.Revision),
+		State: d.State, AvailableAt: httpx.FormatTime(d.AvailableAt), LeaseEpoch: httpx.Uint64(d.LeaseEpoch),
+		Attempts: d.Attempts, AttemptBudget: d.AttemptBudget,
+	}
+	if d.State == StateLeased && d.LeaseUntil != nil {
+		v.LeaseUntil = httpx.FormatTime(*d.LeaseUntil)
+	}
+	if d.State == StateAcked && d.AcknowledgedAt != nil {
+		v.AcknowledgedAt = httpx.FormatTime(*d.AcknowledgedAt)
+	}
+	return v
+}

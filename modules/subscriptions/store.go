@@ -1,0 +1,322 @@
+package subscriptions
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/modules/tasks"
+)
+
+// Querier is a pool or a transaction.
+type Querier = tasks.Querier
+
+const subscriptionColumns = `s.id, s.namespace_id, s.queue_id, s.credential_id, s.name, s.revision, s.enabled, s.types,
+	s.cursor_sequence, s.max_pending, s.max_attempts, s.created_at, s.updated_at,
+	(SELECT COUNT(*) FROM event_deliveries d WHERE d.subscription_id = s.id AND d.state IN ('PENDING', 'LEASED', 'EXPIRED'))`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanSubscription(row scanner) (*Subscription, error) {
+	var (
+		s     Subscription
+		types string
+	)
+	err := row.Scan(&s.ID, &s.NamespaceID, &s.QueueID, &s.CredentialID, &s.Name, &s.Revision, &s.Enabled, &types,
+		&s.CursorSequence, &s.MaxPending, &s.MaxAttempts, &s.CreatedAt, &s.UpdatedAt, &s.PendingCount)
+	if err != nil {
+		return nil, err
+	}
+	s.Types = splitTypes(types)
+	return &s, nil
+}
+
+// SubscriptionGet returns a subscription with its current backlog, or
+// sql.ErrNoRows.
+func SubscriptionGet(ctx context.Context, q Querier, id string) (*Subscription, error) {
+	s, err := scanSubscription(q.QueryRowContext(ctx, `SELECT `+subscriptionColumns+` FROM subscriptions s WHERE s.id = ?`, id))
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("subscriptions: get: %w", err)
+	}
+	return s, err
+}
+
+// subscriptionLock reads a subscription FOR UPDATE inside tx. The lock
+// serialises materialisation and configuration of one subscription.
+func subscriptionLock(ctx context.Context, tx *sql.Tx, id string) (*Subscription, error) {
+	s, err := scanSubscription(tx.QueryRowContext(ctx, `SELECT `+subscriptionColumns+` FROM subscriptions s WHERE s.id = ? FOR UPDATE`, id))
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("subscriptions: lock: %w", err)
+	}
+	return s, err
+}
+
+// SubscriptionCreateParams describe a new subscription. FromSequence nil
+// means "after the head committed now".
+type SubscriptionCreateParams struct {
+	NamespaceID  string
+	QueueID      string
+	CredentialID string
+	Name         string
+	Types        []string
+	FromSequence *uint64
+	MaxPending   int
+	MaxAttempts  int
+}
+
+// SubscriptionCreate stores a new subscription in tx (S-4 … S-11). The
+// namespace row is locked so that the 64-per-namespace limit and the name's
+// uniqueness hold under concurrent creates.
+func SubscriptionCreate(ctx context.Context, tx *sql.Tx, p *SubscriptionCreateParams) (*Subscription, error) {
+	var nsID string
+	if err := tx.QueryRowContext(ctx, `SELECT id FROM namespaces WHERE id = ? FOR UPDATE`, p.NamespaceID).Scan(&nsID); err != nil {
+		return nil, fmt.Errorf("subscriptions: lock namespace: %w", err)
+	}
+	var count, sameName int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(name = ?), 0) FROM subscriptions WHERE namespace_id = ?`, p.Name, p.NamespaceID).
+		Scan(&count, &sameName); err != nil {
+		return nil, fmt.Errorf("subscriptions: count: %w", err)
+	}
+	if sameName > 0 {
+		return nil, httpx.Errorf(httpx.CodeStateConflict, "a subscription named %q already exists in this namespace", p.Name)
+	}
+	if count >= MaxSubscriptionsPerNamespace {
+		return nil, httpx.Errorf(httpx.CodeSubscriptionLimit, "the namespace already has %d subscriptions", MaxSubscriptionsPerNamespace)
+	}
+	types, err := normalizeTypes(p.Types)
+	if err != nil {
+		return nil, err
+	}
+	stream, err := tasks.StreamGet(ctx, tx, p.QueueID)
+	if err != nil {
+		return nil, err
+	}
+	cursor := stream.Head
+	if p.FromSequence != nil {
+		from := *p.FromSequence
+		switch {
+		case from > stream.Head:
+			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "from_sequence %d is after the queue's committed head %d", from, stream.Head)
+		case from == 0:
+			cursor = stream.RetentionMark - 1
+		case from+1 < stream.RetentionMark:
+			return nil, httpx.Errorf(httpx.CodeEventHistoryExpired, "events after from_sequence %d were purged; the oldest retained is %d", from, stream.RetentionMark)
+		default:
+			cursor = from
+		}
+	}
+	now := db.Now()
+	s := &Subscription{
+		ID: db.NewID(), NamespaceID: p.NamespaceID, QueueID: p.QueueID, CredentialID: p.CredentialID, Name: p.Name,
+		Revision: 1, Enabled: true, Types: types, CursorSequence: cursor, MaxPending: p.MaxPending,
+		MaxAttempts: p.MaxAttempts, CreatedAt: now, UpdatedAt: now,
+	}
+	_, err = tx.ExecContext(ctx, `
+		INSERT INTO subscriptions (id, namespace_id, queue_id, credential_id, name, revision, enabled, types,
+			cursor_sequence, max_pending, max_attempts, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?, ?, ?)`,
+		s.ID, s.NamespaceID, s.QueueID, s.CredentialID, s.Name, joinTypes(s.Types), s.CursorSequence,
+		s.MaxPending, s.MaxAttempts, now, now)
+	if err != nil {
+		return nil, fmt.Errorf("subscriptions: insert: %w", err)
+	}
+	return s, nil
+}
+
+// SubscriptionListParams page the caller's subscriptions on a queue.
+type SubscriptionListParams struct {
+	QueueID      string
+	CredentialID string
+	Limit        int
+	After        *httpx.Cursor
+}
+
+// SubscriptionList returns up to p.Limit+1 subscriptions, newest first.
+func SubscriptionList(ctx context.Context, q Querier, p *SubscriptionListParams) ([]*Subscription, error) {
+	query := `SELECT ` + subscriptionColumns + ` FROM subscriptions s WHERE s.queue_id = ? AND s.credential_id = ?`
+	args := []any{p.QueueID, p.CredentialID}
+	if p.After != nil {
+		query += ` AND (s.created_at < ? OR (s.created_at = ? AND s.id < ?))`
+		args = append(args, p.After.CreatedAt, p.After.CreatedAt, p.After.ID)
+	}
+	query += ` ORDER BY s.created_at DESC, s.id DESC LIMIT ?`
+	args = append(args, p.Limit+1)
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("subscriptions: list: %w", err)
+	}
+	defer rows.Close()
+	var out []*Subscription
+	for rows.Next() {
+		s, err := scanSubscription(rows)
+		if err != nil {
+			return nil, fmt.Errorf("subscriptions: list: %w", err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// SubscriptionConfigureParams change a subscription's enabled flag.
+type SubscriptionConfigureParams struct {
+	ID               string
+	CredentialID     string
+	ExpectedRevision uint64
+	Enabled          bool
+	Reason           string
+}
+
+// SubscriptionConfigure sets enabled in tx (S-14, S-15): every command, even
+// one that sets the same value, is an audited change that increases the
+// revision. A stale expected_revision is a STATE_CONFLICT.
+func SubscriptionConfigure(ctx context.Context, tx *sql.Tx, p *SubscriptionConfigureParams) (*Subscription, error) {
+	s, err := subscriptionLock(ctx, tx, p.ID)
+	if err != nil {
+		return nil, err
+	}
+	if s.Revision != p.ExpectedRevision {
+		return nil, httpx.Errorf(httpx.CodeStateConflict, "expected_revision %d does not match the subscription's revision %d", p.ExpectedRevision, s.Revision)
+	}
+	now := db.Now()
+	s.Revision++
+	s.Enabled = p.Enabled
+	s.UpdatedAt = now
+	if _, err := tx.ExecContext(ctx, `UPDATE subscriptions SET revision = ?, enabled = ?, updated_at = ? WHERE id = ?`,
+		s.Revision, s.Enabled, now, s.ID); err != nil {
+		return nil, fmt.Errorf("subscriptions: configure: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO subscription_changes (id, subscription_id, credential_id, revision, enabled, reason, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`, db.NewID(), s.ID, p.CredentialID, s.Revision, s.Enabled, p.Reason, now); err != nil {
+		return nil, fmt.Errorf("subscriptions: audit configure: %w", err)
+	}
+	return s, nil
+}
+
+const deliveryColumns = `id, subscription_id, queue_id, event_id, sequence, revision, state, created_at, available_at,
+	lease_epoch, lease_until, lease_secret_digest, lease_session_id, attempts, attempt_budget, acknowledged_at`
+
+func scanDelivery(row scanner) (*Delivery, error) {
+	var (
+		d       Delivery
+		until   sql.NullTime
+		acked   sql.NullTime
+		session sql.NullString
+	)
+	err := row.Scan(&d.ID, &d.SubscriptionID, &d.QueueID, &d.EventID, &d.Sequence, &d.Revision, &d.State,
+		&d.CreatedAt, &d.AvailableAt, &d.LeaseEpoch, &until, &d.LeaseDigest, &session, &d.Attempts,
+		&d.AttemptBudget, &acked)
+	if err != nil {
+		return nil, err
+	}
+	if until.Valid {
+		t := until.Time
+		d.LeaseUntil = &t
+	}
+	if acked.Valid {
+		t := acked.Time
+		d.AcknowledgedAt = &t
+	}
+	d.LeaseSession = session.String
+	return &d, nil
+}
+
+// DeliveryGet returns a delivery of a subscription, or sql.ErrNoRows (also
+// for a delivery of another subscription, S-19).
+func DeliveryGet(ctx context.Context, q Querier, subscriptionID, id string) (*Delivery, error) {
+	d, err := scanDelivery(q.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM event_deliveries WHERE id = ? AND subscription_id = ?`, id, subscriptionID))
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("subscriptions: get delivery: %w", err)
+	}
+	return d, err
+}
+
+// DeliveryListParams page a subscription's deliveries, newest first.
+type DeliveryListParams struct {
+	SubscriptionID string
+	State          string
+	Limit          int
+	After          *httpx.Cursor
+}
+
+// DeliveryList returns up to p.Limit+1 deliveries.
+func DeliveryList(ctx context.Context, q Querier, p *DeliveryListParams) ([]*Delivery, error) {
+	query := `SELECT ` + deliveryColumns + ` FROM event_deliveries WHERE subscription_id = ?`
+	args := []any{p.SubscriptionID}
+	if p.State != "" {
+		query += ` AND state = ?`
+		args = append(args, p.State)
+	}
+	if p.After != nil {
+		query += ` AND (created_at < ? OR (created_at = ? AND id < ?))`
+		args = append(args, p.After.CreatedAt, p.After.CreatedAt, p.After.ID)
+	}
+	query += ` ORDER BY created_at DESC, id DESC LIMIT ?`
+	args = append(args, p.Limit+1)
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("subscriptions: list deliveries: %w", err)
+	}
+	defer rows.Close()
+	var out []*Delivery
+	for rows.Next() {
+		d, err := scanDelivery(rows)
+		if err != nil {
+			return nil, fmt.Errorf("subscriptions: list deliveries: %w", err)
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// DeliveryRetryParams describe a manual retry of an EXPIRED delivery.
+type DeliveryRetryParams struct {
+	SubscriptionID     string
+	ID                 string
+	CredentialID       string
+	ExpectedRevision   uint64
+	AdditionalAttempts int
+	Reason             string
+}
+
+// DeliveryRetry makes an EXPIRED delivery PENDING again with more attempts
+// (S-21). Attempts, lease epoch, event identity and the backlog slot are
+// kept; the cumulative budget may not pass 1,000,000.
+func DeliveryRetry(ctx context.Context, tx *sql.Tx, p *DeliveryRetryParams) (*Delivery, error) {
+	d, err := scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM event_deliveries WHERE id = ? AND subscription_id = ? FOR UPDATE`, p.ID, p.SubscriptionID))
+	if err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("subscriptions: lock delivery: %w", err)
+	}
+	if d.State != StateExpired {
+		return nil, httpx.Errorf(httpx.CodeStateConflict, "delivery is %s; only EXPIRED deliveries can be retried", d.State)
+	}
+	if d.Revision != p.ExpectedRevision {
+		return nil, httpx.Errorf(httpx.CodeStateConflict, "expected_revision %d does not match the delivery's revision %d", p.ExpectedRevision, d.Revision)
+	}
+	if d.AttemptBudget+p.AdditionalAttempts > MaxAttemptBudget {
+		return nil, httpx.Errorf(httpx.CodeStateConflict, "the attempt budget would exceed %d", MaxAttemptBudget)
+	}
+	now := db.Now()
+	d.State = StatePending
+	d.Revision++
+	d.AttemptBudget += p.AdditionalAttempts
+	d.AvailableAt = now
+	d.LeaseUntil = nil
+	if _, err := tx.ExecContext(ctx, `
+		UPDATE event_deliveries SET state = 'PENDING', revision = ?, attempt_budget = ?, available_at = ?, lease_until = NULL
+		WHERE id = ?`, d.Revision, d.AttemptBudget, now, d.ID); err != nil {
+		return nil, fmt.Errorf("subscriptions: retry: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO delivery_retries (id, delivery_id, credential_id, revision, additional_attempts, reason, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`, db.NewID(), d.ID, p.CredentialID, d.Revision, p.AdditionalAttempts, p.Reason, now); err != nil {
+		return nil, fmt.Errorf("subscriptions: audit retry: %w", err)
+	}
+	return d, nil
+}

@@ -1,0 +1,227 @@
+// Package subscriptions is the subscriptions module: the management API of
+// seed 001 §1–4 (create, list, get, configure; deliveries, detail, retry),
+// the materialiser that turns a queue's result log into deliveries, and the
+// delivery state machine (claim, recovery, ACK) that the events module
+// drives over its WebSocket.
+package subscriptions
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/hashicorp/go-multierror"
+
+	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/wake"
+	"github.com/orbitrun/orbit/modules"
+	"github.com/orbitrun/orbit/modules/tasks"
+)
+
+func init() { modules.Register(&Module{}) }
+
+// Defaults of the subscriptions section.
+const (
+	DefaultMaterializeInterval = time.Second
+	DefaultRecoverInterval     = time.Second
+	DefaultRecoverBatch        = 100
+)
+
+// Config is the `subscriptions` section.
+type Config struct {
+	// MaterializeInterval is how often the background materialiser looks
+	// for subscriptions behind their queue's head, besides being woken by
+	// results committed on this node.
+	MaterializeInterval time.Duration `yaml:"materialize_interval"`
+	// MaterializeBatch bounds the events one materialisation transaction
+	// scans.
+	MaterializeBatch int `yaml:"materialize_batch"`
+	// RecoverInterval is how often the background sweeper recovers expired
+	// delivery leases (claims recover their own subscription's as well).
+	RecoverInterval time.Duration `yaml:"recover_interval"`
+	// RecoverBatch bounds the leases one recovery transaction handles.
+	RecoverBatch int `yaml:"recover_batch"`
+}
+
+// Module is the subscriptions module.
+type Module struct {
+	cfg    Config
+	db     *sql.DB
+	auth   *auth.Authenticator
+	tasks  *tasks.Module
+	logger *slog.Logger
+
+	// wake asks the background materialiser to run now.
+	wake wake.Broadcast
+	// Claimable is notified when deliveries may have become claimable on
+	// this node (materialised, recovered or retried), so event connections
+	// claim without waiting for a poll.
+	Claimable wake.Broadcast
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+// OrbitModule returns the module's info.
+func (*Module) OrbitModule() modules.Info {
+	return modules.Info{
+		ID:       "subscriptions",
+		Requires: []string{"admin", "tasks"},
+		Roles:    []string{"server"},
+		New: func() modules.Module {
+			return &Module{cfg: Config{
+				MaterializeInterval: DefaultMaterializeInterval, MaterializeBatch: DefaultMaterializeBatch,
+				RecoverInterval: DefaultRecoverInterval, RecoverBatch: DefaultRecoverBatch,
+			}}
+		},
+	}
+}
+
+// Config returns the section the host decodes into.
+func (m *Module) Config() any { return &m.cfg }
+
+// Validate checks the section and returns every problem.
+func (m *Module) Validate() error {
+	var errs *multierror.Error
+	if m.cfg.MaterializeInterval <= 0 {
+		errs = multierror.Append(errs, fmt.Errorf("subscriptions.materialize_interval: must be positive"))
+	}
+	if m.cfg.RecoverInterval <= 0 {
+		errs = multierror.Append(errs, fmt.Errorf("subscriptions.recover_interval: must be positive"))
+	}
+	if m.cfg.MaterializeBatch < 1 {
+		errs = multierror.Append(errs, fmt.Errorf("subscriptions.materialize_batch: must be at least 1"))
+	}
+	if m.cfg.RecoverBatch < 1 {
+		errs = multierror.Append(errs, fmt.Errorf("subscriptions.recover_batch: must be at least 1"))
+	}
+	return errs.ErrorOrNil()
+}
+
+// Provision connects the module to the tasks module and protects events
+// with live deliveries from retention.
+func (m *Module) Provision(_ context.Context, env *modules.Env) error {
+	t, ok := env.Module("tasks").(*tasks.Module)
+	if !ok {
+		return fmt.Errorf("subscriptions: the tasks module is not running")
+	}
+	m.tasks = t
+	t.Guard = RetentionGuard
+	m.db = env.DB
+	m.auth = auth.NewAuthenticator(env.DB)
+	m.logger = env.Logger.With("module", "subscriptions")
+	return nil
+}
+
+// DB returns the platform database, for the events module.
+func (m *Module) DB() *sql.DB { return m.db }
+
+// Settings returns the module's configuration.
+func (m *Module) Settings() Config { return m.cfg }
+
+// Routes mounts the management endpoints.
+func (m *Module) Routes(r *mux.Router) { m.routes(r) }
+
+// Start runs the background materialiser and the lease sweeper until Stop.
+func (m *Module) Start(context.Context) error {
+	m.stop = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	m.wg.Add(3)
+	go func() {
+		defer m.wg.Done()
+		<-m.stop
+		cancel()
+	}()
+	go m.materializeLoop(ctx)
+	go m.recoverLoop(ctx)
+	return nil
+}
+
+// Stop stops the background work and waits for it, bounded by ctx.
+func (m *Module) Stop(ctx context.Context) error {
+	if m.stop == nil {
+		return nil
+	}
+	m.once.Do(func() { close(m.stop) })
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("subscriptions: stop: %w", ctx.Err())
+	}
+}
+
+// materializeLoop keeps deliveries materialised so that the management API
+// shows them without a connected consumer, woken by results committed on
+// this node and polling for those of other nodes.
+func (m *Module) materializeLoop(ctx context.Context) {
+	defer m.wg.Done()
+	ticker := time.NewTicker(m.cfg.MaterializeInterval)
+	defer ticker.Stop()
+	for ctx.Err() == nil {
+		appended, woken := m.tasks.Appended.C(), m.wake.C()
+		n, err := MaterializeAll(ctx, m.db, m.cfg.MaterializeBatch, func(id string, err error) {
+			if err != ErrHistoryExpired {
+				m.logger.Warn("materialize", "subscription_id", id, "err", err)
+			}
+		})
+		if err != nil && ctx.Err() == nil {
+			m.logger.Warn("materialize", "err", err)
+		}
+		if n > 0 {
+			m.Claimable.Notify()
+		}
+		select {
+		case <-ctx.Done():
+		case <-appended:
+		case <-woken:
+		case <-ticker.C:
+		}
+	}
+}
+
+// recoverLoop recovers expired delivery leases of every subscription, with
+// the same transitions a claim applies (S-22).
+func (m *Module) recoverLoop(ctx context.Context) {
+	defer m.wg.Done()
+	ticker := time.NewTicker(m.cfg.RecoverInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		for ctx.Err() == nil {
+			n, err := RecoverLeases(ctx, m.db, "", m.cfg.RecoverBatch)
+			if err != nil {
+				if ctx.Err() == nil {
+					m.logger.Warn("recover delivery leases", "err", err)
+				}
+				break
+			}
+			if n > 0 {
+				m.Claimable.Notify()
+			}
+			if n < m.cfg.RecoverBatch {
+				break
+			}
+		}
+	}
+}
+
+var (
+	_ modules.Configurer  = (*Module)(nil)
+	_ modules.Validator   = (*Module)(nil)
+	_ modules.Provisioner = (*Module)(nil)
+	_ modules.Router      = (*Module)(nil)
+	_ modules.Starter     = (*Module)(nil)
+	_ modules.Stopper     = (*Module)(nil)
+)
