@@ -1,0 +1,217 @@
+// Package events is the events module: the WebSocket entry
+// /v1/events/connect (protocol orbit.events.v1, seed 001 §5–7) through which
+// consumers receive leased deliveries of a subscription and acknowledge them
+// with proofs. The delivery state machine is the subscriptions module's
+// store; this module is its transport and the node's claim admission.
+package events
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/hashicorp/go-multierror"
+
+	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/wsx"
+	"github.com/orbitrun/orbit/modules"
+	"github.com/orbitrun/orbit/modules/subscriptions"
+	"github.com/orbitrun/orbit/modules/tasks"
+)
+
+func init() { modules.Register(&Module{}) }
+
+// Subprotocol is the WebSocket sub-protocol of the event entry.
+const Subprotocol = "orbit.events.v1"
+
+// Defaults of the events section (seed 001 §5–7).
+const (
+	DefaultLeaseDuration       = 30 * time.Second
+	DefaultHeartbeatInterval   = 15 * time.Second
+	DefaultMaxConnections      = 128
+	DefaultHelloTimeout        = 5 * time.Second
+	DefaultIdleTimeout         = 60 * time.Second
+	DefaultWriteTimeout        = 5 * time.Second
+	DefaultReadQueue           = 4
+	DefaultWriteQueue          = 8
+	DefaultClaimsInFlight      = 4
+	DefaultClaimsPerApp        = 1
+	DefaultClaimsQueued        = 128
+	DefaultClaimsPerRound      = 4
+	DefaultPollInterval        = time.Second
+	MaxCapacity                = 32
+	claimRecoverBatch          = 32
+	sessionCleanupTimeout      = 5 * time.Second
+	claimTimeout               = 8 * time.Second
+	maxConsecutiveClaimFailure = 3
+)
+
+// Config is the `events` section.
+type Config struct {
+	// LeaseDuration is how long a delivery lease lasts (no extension in v1).
+	LeaseDuration time.Duration `yaml:"lease_duration"`
+	// HeartbeatInterval is how often consumers are told to send events.ping.
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	// MaxConnections bounds the event connections of this node; more get 429
+	// CAPACITY_EXCEEDED with Retry-After: 1 before the upgrade.
+	MaxConnections int `yaml:"max_connections"`
+	// HelloTimeout is how long a new connection may take to send hello.
+	HelloTimeout time.Duration `yaml:"hello_timeout"`
+	// IdleTimeout closes a connection that sent no valid frame for this long.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// WriteTimeout bounds every write to a connection.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// ReadQueue and WriteQueue bound the frames buffered per connection.
+	ReadQueue  int `yaml:"read_queue"`
+	WriteQueue int `yaml:"write_queue"`
+	// ClaimsInFlight bounds the claim transactions running on this node,
+	// ClaimsPerApp those of one application, ClaimsQueued those waiting or
+	// running, and ClaimsPerRound those started per scheduling round.
+	ClaimsInFlight int `yaml:"claims_in_flight"`
+	ClaimsPerApp   int `yaml:"claims_per_app"`
+	ClaimsQueued   int `yaml:"claims_queued"`
+	ClaimsPerRound int `yaml:"claims_per_round"`
+	// PollInterval is how often a connection claims without being woken,
+	// for deliveries made claimable on other nodes.
+	PollInterval time.Duration `yaml:"poll_interval"`
+}
+
+// Module is the events module.
+type Module struct {
+	cfg    Config
+	subs   *subscriptions.Module
+	tasks  *tasks.Module
+	auth   *auth.Authenticator
+	entry  *wsx.Entry
+	pool   *ClaimPool
+	logger *slog.Logger
+
+	handlers sync.WaitGroup
+}
+
+// OrbitModule returns the module's info.
+func (*Module) OrbitModule() modules.Info {
+	return modules.Info{
+		ID:       "events",
+		Requires: []string{"admin", "tasks", "subscriptions"},
+		Roles:    []string{"server"},
+		New: func() modules.Module {
+			return &Module{cfg: Config{
+				LeaseDuration: DefaultLeaseDuration, HeartbeatInterval: DefaultHeartbeatInterval,
+				MaxConnections: DefaultMaxConnections, HelloTimeout: DefaultHelloTimeout,
+				IdleTimeout: DefaultIdleTimeout, WriteTimeout: DefaultWriteTimeout,
+				ReadQueue: DefaultReadQueue, WriteQueue: DefaultWriteQueue,
+				ClaimsInFlight: DefaultClaimsInFlight, ClaimsPerApp: DefaultClaimsPerApp,
+				ClaimsQueued: DefaultClaimsQueued, ClaimsPerRound: DefaultClaimsPerRound,
+				PollInterval: DefaultPollInterval,
+			}}
+		},
+	}
+}
+
+// Config returns the section the host decodes into.
+func (m *Module) Config() any { return &m.cfg }
+
+// Validate checks the section and returns every problem.
+func (m *Module) Validate() error {
+	var errs *multierror.Error
+	positive := func(key string, d time.Duration) {
+		if d <= 0 {
+			errs = multierror.Append(errs, fmt.Errorf("events.%s: must be positive, got %s", key, d))
+		}
+	}
+	atLeastOne := func(key string, n int) {
+		if n < 1 {
+			errs = multierror.Append(errs, fmt.Errorf("events.%s: must be at least 1, got %d", key, n))
+		}
+	}
+	positive("lease_duration", m.cfg.LeaseDuration)
+	positive("heartbeat_interval", m.cfg.HeartbeatInterval)
+	positive("hello_timeout", m.cfg.HelloTimeout)
+	positive("idle_timeout", m.cfg.IdleTimeout)
+	positive("write_timeout", m.cfg.WriteTimeout)
+	positive("poll_interval", m.cfg.PollInterval)
+	atLeastOne("max_connections", m.cfg.MaxConnections)
+	atLeastOne("read_queue", m.cfg.ReadQueue)
+	atLeastOne("write_queue", m.cfg.WriteQueue)
+	atLeastOne("claims_in_flight", m.cfg.ClaimsInFlight)
+	atLeastOne("claims_per_app", m.cfg.ClaimsPerApp)
+	atLeastOne("claims_queued", m.cfg.ClaimsQueued)
+	atLeastOne("claims_per_round", m.cfg.ClaimsPerRound)
+	if m.cfg.HeartbeatInterval >= m.cfg.IdleTimeout {
+		errs = multierror.Append(errs, fmt.Errorf("events.heartbeat_interval: must be shorter than idle_timeout"))
+	}
+	return errs.ErrorOrNil()
+}
+
+// Provision connects the module to the subscriptions and tasks modules and
+// builds the entry and the claim pool.
+func (m *Module) Provision(_ context.Context, env *modules.Env) error {
+	s, ok := env.Module("subscriptions").(*subscriptions.Module)
+	if !ok {
+		return fmt.Errorf("events: the subscriptions module is not running")
+	}
+	t, ok := env.Module("tasks").(*tasks.Module)
+	if !ok {
+		return fmt.Errorf("events: the tasks module is not running")
+	}
+	m.subs, m.tasks = s, t
+	m.auth = auth.NewAuthenticator(env.DB)
+	m.logger = env.Logger.With("module", "events")
+	m.pool = NewClaimPool(m.cfg.ClaimsInFlight, m.cfg.ClaimsPerApp, m.cfg.ClaimsQueued, m.cfg.ClaimsPerRound)
+	entry, err := wsx.NewEntry(wsx.Config{
+		Subprotocol:   Subprotocol,
+		Permission:    auth.PermEventsConsume,
+		Authenticate:  wsx.FromAuthenticator(m.auth),
+		MaxConns:      m.cfg.MaxConnections,
+		InboundQueue:  m.cfg.ReadQueue,
+		OutboundQueue: m.cfg.WriteQueue,
+		WriteTimeout:  m.cfg.WriteTimeout,
+		IdleTimeout:   m.cfg.IdleTimeout,
+		HelloTimeout:  m.cfg.HelloTimeout,
+		Logger:        m.logger,
+	})
+	if err != nil {
+		return err
+	}
+	m.entry = entry
+	return nil
+}
+
+// Routes mounts the event entry; the management deadline does not apply to
+// a connection.
+func (m *Module) Routes(r *mux.Router) {
+	r.Handle("/v1/events/connect", httpx.NoDeadline(http.HandlerFunc(m.connect)))
+}
+
+// Stop closes every event connection with 1001 and waits for their handlers
+// within ctx. Deliveries and leases stay in the database (E-16).
+func (m *Module) Stop(ctx context.Context) error {
+	if m.entry == nil {
+		return nil
+	}
+	err := m.entry.Shutdown(ctx)
+	done := make(chan struct{})
+	go func() { m.handlers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		if err == nil {
+			err = fmt.Errorf("events: stop: %w", ctx.Err())
+		}
+	}
+	return err
+}
+
+var (
+	_ modules.Configurer  = (*Module)(nil)
+	_ modules.Validator   = (*Module)(nil)
+	_ modules.Provisioner = (*Module)(nil)
+	_ modules.Router      = (*Module)(nil)
+	_ modules.Stopper     = (*Module)(nil)
+)

@@ -1,0 +1,366 @@
+package events
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/wsx"
+	"github.com/orbitrun/orbit/modules/subscriptions"
+	"github.com/orbitrun/orbit/modules/tasks"
+)
+
+// Frame types of orbit.events.v1 (seed 001 §5–7).
+const (
+	typeHello   = "events.hello"
+	typeWelcome = "events.welcome"
+	typeDeliver = "event.deliver"
+	typeAck     = "event.ack"
+	typePing    = "events.ping"
+	typeReply   = "ack"
+)
+
+type helloBody struct {
+	SubscriptionID *string `json:"subscription_id"`
+	Capacity       *int    `json:"capacity"`
+}
+
+type welcomeBody struct {
+	SessionID           string `json:"session_id"`
+	SubscriptionID      string `json:"subscription_id"`
+	Capacity            int    `json:"capacity"`
+	LeaseDurationMS     int64  `json:"lease_duration_ms"`
+	HeartbeatIntervalMS int64  `json:"heartbeat_interval_ms"`
+	ServerTime          string `json:"server_time"`
+	Enabled             bool   `json:"enabled"`
+}
+
+type deliverBody struct {
+	Delivery    subscriptions.DeliveryView `json:"delivery"`
+	Event       tasks.Event                `json:"event"`
+	LeaseSecret string                     `json:"lease_secret"`
+}
+
+type ackBody struct {
+	DeliveryID  *string       `json:"delivery_id"`
+	Epoch       *httpx.Uint64 `json:"epoch"`
+	LeaseSecret *wsx.Secret   `json:"lease_secret"`
+}
+
+type pingReply struct {
+	ServerTime string `json:"server_time"`
+	Enabled    bool   `json:"enabled"`
+}
+
+// session is one event connection after its hello.
+type session struct {
+	m            *Module
+	c            *wsx.Conn
+	id           string
+	subscription *subscriptions.Subscription
+	authHeader   string
+	// freed is signalled after an ACK, so the dispatcher claims again.
+	freed chan struct{}
+}
+
+// connect serves one event connection: hello, welcome, then requests until
+// the connection ends. Claims run in a dispatcher goroutine, apart from this
+// request loop, so pings and ACKs never wait behind a slow claim (E-6).
+func (m *Module) connect(w http.ResponseWriter, r *http.Request) {
+	m.handlers.Add(1)
+	defer m.handlers.Done()
+	c, err := m.entry.Upgrade(w, r)
+	if err != nil {
+		return
+	}
+	defer c.Close(wsx.CloseNormal, "")
+	s := m.hello(c, r.Header.Get("Authorization"))
+	if s == nil {
+		return
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), sessionCleanupTimeout)
+		defer cancel()
+		if err := subscriptions.EventSessionClose(ctx, m.subs.DB(), s.id); err != nil {
+			m.logger.Warn("close event session", "session_id", s.id, "err", err)
+		}
+	}()
+	dispatched := make(chan struct{})
+	go func() {
+		defer close(dispatched)
+		s.dispatch()
+	}()
+	defer func() { <-dispatched }()
+	defer c.Close(wsx.CloseNormal, "")
+	for {
+		f, err := c.Recv(c.Context())
+		if err != nil {
+			return
+		}
+		if !s.handle(f) {
+			return
+		}
+	}
+}
+
+// hello reads events.hello, checks the subscription's owner and queue scope
+// (E-2) and answers events.welcome (E-3). It returns nil after having
+// answered with an error and closed the connection.
+func (m *Module) hello(c *wsx.Conn, authHeader string) *session {
+	f, err := c.Recv(c.Context())
+	if err != nil {
+		return nil
+	}
+	fail := func(err error) *session {
+		_ = c.SendError(f.MessageID, err)
+		c.Close(wsx.ClosePolicyViolation, "hello refused")
+		return nil
+	}
+	if f.Type != typeHello || f.ReplyTo != "" || f.Error != nil {
+		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "the first frame must be events.hello without reply_to or error"))
+	}
+	var body helloBody
+	if err := wsx.DecodeBody(f, &body); err != nil {
+		return fail(err)
+	}
+	if err := httpx.Required(
+		httpx.Field{Path: "body.subscription_id", Present: body.SubscriptionID != nil},
+		httpx.Field{Path: "body.capacity", Present: body.Capacity != nil},
+	); err != nil {
+		return fail(err)
+	}
+	if *body.Capacity < 1 || *body.Capacity > MaxCapacity {
+		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.capacity must be between 1 and %d", MaxCapacity))
+	}
+	if !httpx.ValidID(*body.SubscriptionID) {
+		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.subscription_id must be 32 lowercase hex characters"))
+	}
+	sub, err := m.ownedSubscription(c.Context(), c.Principal(), *body.SubscriptionID)
+	if err != nil {
+		return fail(err)
+	}
+	id, err := subscriptions.EventSessionOpen(c.Context(), m.subs.DB(), &subscriptions.EventSessionOpenParams{
+		SubscriptionID: sub.ID, CredentialID: c.Principal().CredentialID, Capacity: *body.Capacity,
+	})
+	if err != nil {
+		m.logger.Warn("open event session", "err", err)
+		_ = c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "the session could not be recorded; reconnect"))
+		c.Close(wsx.CloseInternalError, "unavailable")
+		return nil
+	}
+	if err := c.BindSession(id); err != nil {
+		return nil
+	}
+	welcome, err := wsx.NewFrame(typeWelcome, f.MessageID, welcomeBody{
+		SessionID: id, SubscriptionID: sub.ID, Capacity: *body.Capacity,
+		LeaseDurationMS:     m.cfg.LeaseDuration.Milliseconds(),
+		HeartbeatIntervalMS: m.cfg.HeartbeatInterval.Milliseconds(),
+		ServerTime:          httpx.FormatTime(db.Now()),
+		Enabled:             sub.Enabled,
+	})
+	if err != nil || c.Send(welcome) != nil {
+		return nil
+	}
+	return &session{m: m, c: c, id: id, subscription: sub, authHeader: authHeader, freed: make(chan struct{}, 1)}
+}
+
+// ownedSubscription returns the subscription if p owns it and holds a grant
+// on its queue; otherwise NOT_FOUND, whether or not it exists (S-1, E-2).
+func (m *Module) ownedSubscription(ctx context.Context, p *auth.Principal, id string) (*subscriptions.Subscription, error) {
+	sub, err := subscriptions.SubscriptionGet(ctx, m.subs.DB(), id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, auth.ErrNotFound("subscription")
+	}
+	if err != nil {
+		return nil, httpx.Errorf(httpx.CodeUnavailable, "temporarily unavailable; reconnect")
+	}
+	if sub.CredentialID != p.CredentialID || sub.NamespaceID != p.NamespaceID || !p.HasQueue(sub.QueueID) {
+		return nil, auth.ErrNotFound("subscription")
+	}
+	return sub, nil
+}
+
+// handle answers one client frame; it returns false when the connection is
+// to close.
+func (s *session) handle(f *wsx.Frame) bool {
+	switch f.Type {
+	case typePing:
+		return s.ping(f)
+	case typeAck:
+		return s.ack(f)
+	default:
+		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeInvalidArgument, "unknown frame type for a consumer: %q", f.Type))
+		return true
+	}
+}
+
+// ping answers events.ping with the server time and whether the
+// subscription is enabled, after re-checking the credential and the
+// subscription's scope (E-14). A failed check answers with its error and
+// closes.
+func (s *session) ping(f *wsx.Frame) bool {
+	ctx := s.c.Context()
+	var body struct{}
+	if err := wsx.DecodeBody(f, &body); err != nil {
+		_ = s.c.SendError(f.MessageID, err)
+		return true
+	}
+	p, err := s.m.auth.Authenticate(ctx, s.authHeader)
+	if err == nil && !p.Can(auth.PermEventsConsume) {
+		err = httpx.Errorf(httpx.CodePermissionDenied, "credential lacks permission %s", auth.PermEventsConsume)
+	}
+	var sub *subscriptions.Subscription
+	if err == nil {
+		sub, err = s.m.ownedSubscription(ctx, p, s.subscription.ID)
+	}
+	if err != nil {
+		var he *httpx.Error
+		if !errors.As(err, &he) {
+			err = httpx.Errorf(httpx.CodeUnavailable, "temporarily unavailable; reconnect")
+		}
+		_ = s.c.SendError(f.MessageID, err)
+		s.c.Close(wsx.ClosePolicyViolation, "ping check failed")
+		return false
+	}
+	s.reply(f, pingReply{ServerTime: httpx.FormatTime(db.Now()), Enabled: sub.Enabled})
+	return true
+}
+
+// ack records event.ack (E-9 … E-11). A superseded or wrong proof gets
+// DELIVERY_LEASE_LOST and the connection stays open; a database failure
+// gets UNAVAILABLE and the connection closes, so the client re-sends its
+// proofs on a new one.
+func (s *session) ack(f *wsx.Frame) bool {
+	var body ackBody
+	if err := wsx.DecodeBody(f, &body); err != nil {
+		_ = s.c.SendError(f.MessageID, err)
+		return true
+	}
+	if err := httpx.Required(
+		httpx.Field{Path: "body.delivery_id", Present: body.DeliveryID != nil},
+		httpx.Field{Path: "body.epoch", Present: body.Epoch != nil},
+		httpx.Field{Path: "body.lease_secret", Present: body.LeaseSecret != nil},
+	); err != nil {
+		_ = s.c.SendError(f.MessageID, err)
+		return true
+	}
+	if !httpx.ValidID(*body.DeliveryID) {
+		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeInvalidArgument, "body.delivery_id must be 32 lowercase hex characters"))
+		return true
+	}
+	res, err := subscriptions.Ack(s.c.Context(), s.m.subs.DB(), &subscriptions.AckParams{
+		SubscriptionID: s.subscription.ID, DeliveryID: *body.DeliveryID, Epoch: uint64(*body.Epoch),
+		Secret: body.LeaseSecret.Encode(), SessionID: s.id,
+	})
+	switch {
+	case errors.Is(err, subscriptions.ErrLeaseLost):
+		_ = s.c.SendError(f.MessageID, err)
+		return true
+	case err != nil:
+		s.c.Logger().Warn("ack", "session_id", s.id, "err", err)
+		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "the ACK could not be recorded; reconnect and send it again"))
+		s.c.Close(wsx.CloseInternalError, "unavailable")
+		return false
+	}
+	if !res.Deduplicated {
+		select {
+		case s.freed <- struct{}{}:
+		default:
+		}
+	}
+	s.reply(f, res)
+	return true
+}
+
+func (s *session) reply(f *wsx.Frame, body any) {
+	r, err := wsx.NewFrame(typeReply, f.MessageID, body)
+	if err != nil {
+		s.c.Logger().Error("encode ack", "err", err)
+		return
+	}
+	_ = s.c.Send(r)
+}
+
+// dispatch claims deliveries for the connection whenever some may be
+// claimable and sends event.deliver for each persisted lease. It returns
+// when the connection ends. Before claiming on a poll it also materialises
+// the subscription, so that results committed on other nodes are found.
+func (s *session) dispatch() {
+	ctx := s.c.Context()
+	ticker := time.NewTicker(s.m.cfg.PollInterval)
+	defer ticker.Stop()
+	app := s.c.Principal().ApplicationID
+	failures := 0
+	materialize := true
+	for ctx.Err() == nil {
+		claimable := s.m.subs.Claimable.C()
+		leases, err := s.claim(ctx, app, materialize)
+		switch {
+		case err == nil:
+			failures = 0
+		case errors.Is(err, subscriptions.ErrHistoryExpired):
+			// Never jump to the latest position: report and close (E-15).
+			_ = s.c.SendError("", err)
+			s.c.Close(wsx.ClosePolicyViolation, "event history expired")
+			return
+		case errors.Is(err, ErrClaimPoolFull), ctx.Err() != nil:
+		default:
+			failures++
+			s.c.Logger().Warn("claim", "session_id", s.id, "err", err)
+			if failures >= maxConsecutiveClaimFailure {
+				_ = s.c.SendError("", httpx.Errorf(httpx.CodeUnavailable, "deliveries cannot be claimed now; reconnect"))
+				s.c.Close(wsx.CloseInternalError, "unavailable")
+				return
+			}
+		}
+		for _, l := range leases {
+			f, err := wsx.NewFrame(typeDeliver, "", deliverBody{Delivery: l.Delivery.View(), Event: l.Event, LeaseSecret: l.Secret})
+			if err != nil {
+				s.c.Logger().Error("encode event.deliver", "err", err)
+				continue
+			}
+			// A lease whose frame is not written stays persisted; it is
+			// recovered when its lease runs out (E-16).
+			if s.c.Send(f) != nil {
+				return
+			}
+		}
+		materialize = false
+		if len(leases) > 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-claimable:
+		case <-s.freed:
+		case <-ticker.C:
+			materialize = true
+		}
+	}
+}
+
+// claim runs one claim through the node's claim pool, optionally
+// materialising the subscription first.
+func (s *session) claim(ctx context.Context, app string, materialize bool) ([]subscriptions.Lease, error) {
+	release, err := s.m.pool.Acquire(ctx, app, s.subscription.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	defer cancel()
+	pool := s.m.subs.DB()
+	if materialize {
+		if _, _, err := subscriptions.Materialize(ctx, pool, s.subscription.ID, s.m.subs.Settings().MaterializeBatch); err != nil {
+			return nil, err
+		}
+	}
+	return subscriptions.Claim(ctx, pool, &subscriptions.ClaimParams{
+		SessionID: s.id, LeaseDuration: s.m.cfg.LeaseDuration, RecoverBatch: claimRecoverBatch,
+	})
+}
