@@ -6,7 +6,7 @@ BIN       := bin/orbit
 PKGS      := ./...
 SDK_DIR   := sdk/go
 # Go modules of the repository, each tested on its own.
-MODULES   := . $(SDK_DIR)
+MODULES   := . $(SDK_DIR) examples/result-inbox
 TEST_FLAGS ?= -race -count=1 -timeout 12m
 
 .PHONY: build run test integration vet race bench lint clean db-server
@@ -36,14 +36,14 @@ run: db-server build
 # test runs vet and every test of every Go module, with the race detector,
 # against a throwaway database server the harness starts itself.
 test: db-server vet
-	@set -e; for m in $(MODULES); do echo "== go test $$m"; (cd $$m && $(GO) test $(TEST_FLAGS) ./...); done
+	@set -e; for m in $(MODULES); do echo "== go test $$m"; (cd $$m && GOWORK=off $(GO) test $(TEST_FLAGS) ./...); done
 
 # integration runs the tests that need a real database server.
 integration: db-server
 	$(GO) test $(TEST_FLAGS) ./internal/... ./modules/... ./cmd/...
 
 vet:
-	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+	@set -e; for m in $(MODULES); do (cd $$m && GOWORK=off $(GO) vet ./...); done
 
 race: db-server
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) test -race -count=1 ./...); done
