@@ -86,16 +86,21 @@ type Stopper interface {
 }
 
 // Commander is implemented by modules that add CLI commands. Commands are
-// built before any config is read; a command calls open when it runs to get
-// the loaded config and an open database, and calls the returned close func
-// when done.
+// built before any config is read; a running command asks cli for what it
+// needs: the loaded configuration, or that and the platform database.
 type Commander interface {
-	Commands(open Opener) []*cobra.Command
+	Commands(cli CLI) []*cobra.Command
 }
 
-// Opener loads configuration for a running CLI command and opens the platform
-// database. The returned func releases what it opened.
-type Opener func(cmd *cobra.Command) (*Env, func(), error)
+// CLI gives running commands their configuration.
+type CLI struct {
+	// Open loads the configuration and opens the platform database, whose
+	// schema must be current. The returned func releases what it opened.
+	Open func(cmd *cobra.Command) (*Env, func(), error)
+	// LoadConfig loads and validates the configuration only, for commands
+	// that do not use the platform database.
+	LoadConfig func(cmd *cobra.Command) (*config.Config, error)
+}
 
 // Env is what the host hands to modules: shared infrastructure only, never
 // another module's fields.

@@ -62,7 +62,7 @@ func NewRoot() *cobra.Command {
 	)
 	for _, info := range modules.Registered() {
 		if c, ok := app.instances[info.ID].(modules.Commander); ok {
-			root.AddCommand(c.Commands(app.Open)...)
+			root.AddCommand(c.Commands(modules.CLI{Open: app.Open, LoadConfig: app.LoadConfig})...)
 		}
 	}
 	return root
@@ -116,8 +116,8 @@ func (a *App) LoadConfig(cmd *cobra.Command) (*config.Config, error) {
 	return core, nil
 }
 
-// Open implements modules.Opener: config, logger and database for a CLI
-// command. The schema must be current.
+// Open loads config, logger and database for a CLI command (modules.CLI's
+// Open). The schema must be current.
 func (a *App) Open(cmd *cobra.Command) (*modules.Env, func(), error) {
 	cfg, err := a.LoadConfig(cmd)
 	if err != nil {

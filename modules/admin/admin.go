@@ -45,8 +45,8 @@ func (m *Module) Routes(r *mux.Router) {
 }
 
 // Commands returns `orbit admin`.
-func (m *Module) Commands(open modules.Opener) []*cobra.Command {
-	return []*cobra.Command{adminCommand(open)}
+func (m *Module) Commands(cli modules.CLI) []*cobra.Command {
+	return []*cobra.Command{adminCommand(cli.Open)}
 }
 
 // credentialView is the wire form of the caller's own credential. It never

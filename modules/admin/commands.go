@@ -18,7 +18,10 @@ import (
 
 const maxNameLen = 128
 
-func adminCommand(open modules.Opener) *cobra.Command {
+// opener loads config and opens the platform database for a running command.
+type opener = func(cmd *cobra.Command) (*modules.Env, func(), error)
+
+func adminCommand(open opener) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "admin",
 		Short: "Manage namespaces, queues and credentials",
@@ -109,7 +112,7 @@ func Bootstrap(ctx context.Context, store *Store, p *BootstrapParams) (*Credenti
 	return f, nil
 }
 
-func bootstrapCommand(open modules.Opener) *cobra.Command {
+func bootstrapCommand(open opener) *cobra.Command {
 	p := &BootstrapParams{}
 	cmd := &cobra.Command{
 		Use:   "bootstrap",
@@ -159,13 +162,13 @@ must not be accessible to other users (chmod 700). The token is shown only there
 	return cmd
 }
 
-func credentialCommand(open modules.Opener) *cobra.Command {
+func credentialCommand(open opener) *cobra.Command {
 	cmd := &cobra.Command{Use: "credential", Short: "Create, list, revoke credentials and grant queues"}
 	cmd.AddCommand(credentialCreateCommand(open), credentialListCommand(open), credentialRevokeCommand(open), credentialGrantCommand(open))
 	return cmd
 }
 
-func credentialCreateCommand(open modules.Opener) *cobra.Command {
+func credentialCreateCommand(open opener) *cobra.Command {
 	var (
 		sc     ScopeEnsureParams
 		perms  []string
@@ -271,7 +274,7 @@ func credentialCreateCommand(open modules.Opener) *cobra.Command {
 	return cmd
 }
 
-func credentialListCommand(open modules.Opener) *cobra.Command {
+func credentialListCommand(open opener) *cobra.Command {
 	var namespace string
 	cmd := &cobra.Command{
 		Use:   "list",
@@ -315,7 +318,7 @@ func printCredentials(w io.Writer, creds []Credential) error {
 	return tw.Flush()
 }
 
-func credentialRevokeCommand(open modules.Opener) *cobra.Command {
+func credentialRevokeCommand(open opener) *cobra.Command {
 	var reason string
 	cmd := &cobra.Command{
 		Use:   "revoke CREDENTIAL_ID",
@@ -341,7 +344,7 @@ func credentialRevokeCommand(open modules.Opener) *cobra.Command {
 	return cmd
 }
 
-func credentialGrantCommand(open modules.Opener) *cobra.Command {
+func credentialGrantCommand(open opener) *cobra.Command {
 	var queueIDs []string
 	cmd := &cobra.Command{
 		Use:   "grant CREDENTIAL_ID --queue-id ID",
