@@ -234,8 +234,13 @@ func (s *session) handle(f *wsx.Frame) bool {
 }
 
 // ping renews the session's leases and re-checks the credential: a revoked
-// credential or a lost queue grant ends the connection.
+// credential or a lost queue grant ends the connection. Its body must be {}.
 func (s *session) ping(f *wsx.Frame) bool {
+	var body struct{}
+	if err := wsx.DecodeBody(f, &body); err != nil {
+		_ = s.c.SendError(f.MessageID, err)
+		return true
+	}
 	ctx := s.c.Context()
 	p, err := s.m.auth.Authenticate(ctx, s.authHeader)
 	switch {
