@@ -123,8 +123,10 @@ func Parse(raw []byte, queueID string) (*Event, []byte, string, error) {
 	if err != nil {
 		return nil, nil, "", err
 	}
+	// Fields are read from the event as received, so the result keeps its
+	// original JSON text; the canonical form is what is frozen and hashed.
 	var ev Event
-	dec := json.NewDecoder(bytesReader(canonical))
+	dec := json.NewDecoder(bytesReader(raw))
 	dec.UseNumber()
 	if err := dec.Decode(&ev); err != nil {
 		return nil, nil, "", fmt.Errorf("%w: %v", ErrInvalidEvent, err)
