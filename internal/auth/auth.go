@@ -95,7 +95,19 @@ func NewToken() (token string, digest [32]byte) {
 	return token, Digest(token)
 }
 
-// Digest is the stored form of a token.
+// NewLeaseSecret returns a fresh lease secret (32 random bytes in unpadded
+// base64url, 43 characters) and its digest, the only form stored. Workers and
+// consumers prove a lease with it.
+func NewLeaseSecret() (secret string, digest [32]byte) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic("auth: crypto/rand failed: " + err.Error())
+	}
+	secret = base64.RawURLEncoding.EncodeToString(b)
+	return secret, Digest(secret)
+}
+
+// Digest is the stored form of a token or a lease secret.
 func Digest(token string) [32]byte { return sha256.Sum256([]byte(token)) }
 
 // Authenticator resolves bearer tokens against the identity tables.

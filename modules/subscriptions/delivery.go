@@ -2,16 +2,15 @@ package subscriptions
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"database/sql"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/modules/tasks"
@@ -211,7 +210,7 @@ func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
 		}
 		until := now.Add(p.LeaseDuration)
 		for _, d := range picked {
-			secret, digest := newLeaseSecret()
+			secret, digest := auth.NewLeaseSecret()
 			d.State = StateLeased
 			d.Revision++
 			d.LeaseEpoch++
@@ -236,15 +235,6 @@ func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
 		return nil, fmt.Errorf("subscriptions: claim: %w", err)
 	}
 	return out, nil
-}
-
-func newLeaseSecret() (string, [32]byte) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		panic("subscriptions: crypto/rand failed: " + err.Error())
-	}
-	secret := base64.RawURLEncoding.EncodeToString(b)
-	return secret, sha256.Sum256([]byte(secret))
 }
 
 // AckParams are one event.ack.

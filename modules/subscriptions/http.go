@@ -1,12 +1,11 @@
 package subscriptions
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
-	"io"
 	"net/http"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gorilla/mux"
@@ -26,23 +25,6 @@ func (m *Module) routes(r *mux.Router) {
 	r.Handle("/v1/subscriptions/{id}/deliveries", a.Require(auth.PermEventsRead, http.HandlerFunc(m.listDeliveries))).Methods(http.MethodGet)
 	r.Handle("/v1/subscriptions/{id}/deliveries/{delivery_id}", a.Require(auth.PermEventsRead, http.HandlerFunc(m.getDelivery))).Methods(http.MethodGet)
 	r.Handle("/v1/subscriptions/{id}/deliveries/{delivery_id}:retry", a.Require(auth.PermEventsManage, http.HandlerFunc(m.retry))).Methods(http.MethodPost)
-}
-
-// readBody rejects query parameters, reads the body and decodes it
-// strictly, returning the raw bytes for the idempotency digest.
-func readBody(r *http.Request, dst any) ([]byte, error) {
-	if _, err := httpx.Query(r); err != nil {
-		return nil, err
-	}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, httpx.MaxBodyBytes+1))
-	if err != nil {
-		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "request body could not be read")
-	}
-	r.Body = io.NopCloser(bytes.NewReader(raw))
-	if err := httpx.DecodeJSON(r, dst); err != nil {
-		return nil, err
-	}
-	return raw, nil
 }
 
 func checkReason(reason string) error {
@@ -68,7 +50,7 @@ type subscriptionReceipt struct {
 func (m *Module) create(w http.ResponseWriter, r *http.Request) {
 	p := auth.FromContext(r.Context())
 	var req createRequest
-	raw, err := readBody(r, &req)
+	raw, err := httpx.ReadJSON(r, &req)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
@@ -170,11 +152,6 @@ func (m *Module) get(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteData(w, r, http.StatusOK, s.View())
 }
 
-type subscriptionPage struct {
-	Items      []SubscriptionView `json:"items"`
-	NextCursor string             `json:"next_cursor,omitempty"`
-}
-
 func (m *Module) list(w http.ResponseWriter, r *http.Request) {
 	q, err := httpx.Query(r, "queue_id", "limit", "cursor")
 	if err != nil {
@@ -201,30 +178,19 @@ func (m *Module) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	binding := "subscriptions|" + p.CredentialID + "|" + p.NamespaceID + "|queue=" + queueID
-	params := &SubscriptionListParams{QueueID: queueID, CredentialID: p.CredentialID, Limit: limit}
-	if c, ok := q["cursor"]; ok {
-		pos, err := httpx.DecodeCursor(c, binding)
-		if err != nil {
-			httpx.WriteError(w, r, err)
-			return
-		}
-		params.After = &pos
-	}
-	rows, err := SubscriptionList(r.Context(), m.db, params)
+	after, err := httpx.CursorParam(q, binding)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	page := subscriptionPage{Items: []SubscriptionView{}}
-	for i, s := range rows {
-		if i == limit {
-			last := rows[limit-1]
-			page.NextCursor = httpx.EncodeCursor(binding, httpx.Cursor{CreatedAt: last.CreatedAt, ID: last.ID})
-			break
-		}
-		page.Items = append(page.Items, s.View())
+	rows, err := SubscriptionList(r.Context(), m.db, &SubscriptionListParams{QueueID: queueID, CredentialID: p.CredentialID, Limit: limit, After: after})
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
 	}
-	httpx.WriteData(w, r, http.StatusOK, page)
+	httpx.WriteData(w, r, http.StatusOK, httpx.NewPage(rows, limit, binding,
+		func(s *Subscription) (time.Time, string) { return s.CreatedAt, s.ID },
+		func(s *Subscription) SubscriptionView { return s.View() }))
 }
 
 type configureRequest struct {
@@ -235,7 +201,7 @@ type configureRequest struct {
 
 func (m *Module) configure(w http.ResponseWriter, r *http.Request) {
 	var req configureRequest
-	raw, err := readBody(r, &req)
+	raw, err := httpx.ReadJSON(r, &req)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
@@ -271,11 +237,6 @@ func (m *Module) configure(w http.ResponseWriter, r *http.Request) {
 	m.wake.Notify()
 }
 
-type deliveryPage struct {
-	Items      []DeliveryView `json:"items"`
-	NextCursor string         `json:"next_cursor,omitempty"`
-}
-
 func (m *Module) listDeliveries(w http.ResponseWriter, r *http.Request) {
 	q, err := httpx.Query(r, "limit", "cursor", "state")
 	if err != nil {
@@ -301,30 +262,19 @@ func (m *Module) listDeliveries(w http.ResponseWriter, r *http.Request) {
 	}
 	p := auth.FromContext(r.Context())
 	binding := "deliveries|" + s.ID + "|" + p.CredentialID + "|" + p.NamespaceID + "|state=" + state
-	params := &DeliveryListParams{SubscriptionID: s.ID, State: state, Limit: limit}
-	if c, ok := q["cursor"]; ok {
-		pos, err := httpx.DecodeCursor(c, binding)
-		if err != nil {
-			httpx.WriteError(w, r, err)
-			return
-		}
-		params.After = &pos
-	}
-	rows, err := DeliveryList(r.Context(), m.db, params)
+	after, err := httpx.CursorParam(q, binding)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	page := deliveryPage{Items: []DeliveryView{}}
-	for i, d := range rows {
-		if i == limit {
-			last := rows[limit-1]
-			page.NextCursor = httpx.EncodeCursor(binding, httpx.Cursor{CreatedAt: last.CreatedAt, ID: last.ID})
-			break
-		}
-		page.Items = append(page.Items, d.View())
+	rows, err := DeliveryList(r.Context(), m.db, &DeliveryListParams{SubscriptionID: s.ID, State: state, Limit: limit, After: after})
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
 	}
-	httpx.WriteData(w, r, http.StatusOK, page)
+	httpx.WriteData(w, r, http.StatusOK, httpx.NewPage(rows, limit, binding,
+		func(d *Delivery) (time.Time, string) { return d.CreatedAt, d.ID },
+		func(d *Delivery) DeliveryView { return d.View() }))
 }
 
 type deliveryDetail struct {
@@ -362,6 +312,10 @@ func (m *Module) getDelivery(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev, err := tasks.EventGet(r.Context(), m.db, s.QueueID, d.EventID)
+	if errors.Is(err, sql.ErrNoRows) {
+		// Retention purges the events of acknowledged deliveries.
+		err = httpx.Errorf(httpx.CodeEventHistoryExpired, "the event of this delivery was purged by retention")
+	}
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
@@ -381,7 +335,7 @@ type deliveryReceipt struct {
 
 func (m *Module) retry(w http.ResponseWriter, r *http.Request) {
 	var req retryRequest
-	raw, err := readBody(r, &req)
+	raw, err := httpx.ReadJSON(r, &req)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return

@@ -10,13 +10,13 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/bg"
 	"github.com/orbitrun/orbit/internal/wake"
 	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/tasks"
@@ -62,9 +62,7 @@ type Module struct {
 	// claim without waiting for a poll.
 	Claimable wake.Broadcast
 
-	stop chan struct{}
-	wg   sync.WaitGroup
-	once sync.Once
+	loops bg.Group
 }
 
 // OrbitModule returns the module's info.
@@ -129,40 +127,23 @@ func (m *Module) Routes(r *mux.Router) { m.routes(r) }
 
 // Start runs the background materialiser and the lease sweeper until Stop.
 func (m *Module) Start(context.Context) error {
-	m.stop = make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	m.wg.Add(3)
-	go func() {
-		defer m.wg.Done()
-		<-m.stop
-		cancel()
-	}()
-	go m.materializeLoop(ctx)
-	go m.recoverLoop(ctx)
+	m.loops.Go(m.materializeLoop)
+	m.loops.Go(func(ctx context.Context) { bg.Every(ctx, m.cfg.RecoverInterval, m.recoverExpired) })
 	return nil
 }
 
 // Stop stops the background work and waits for it, bounded by ctx.
 func (m *Module) Stop(ctx context.Context) error {
-	if m.stop == nil {
-		return nil
+	if err := m.loops.Stop(ctx); err != nil {
+		return fmt.Errorf("subscriptions: stop: %w", err)
 	}
-	m.once.Do(func() { close(m.stop) })
-	done := make(chan struct{})
-	go func() { m.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("subscriptions: stop: %w", ctx.Err())
-	}
+	return nil
 }
 
 // materializeLoop keeps deliveries materialised so that the management API
 // shows them without a connected consumer, woken by results committed on
 // this node and polling for those of other nodes.
 func (m *Module) materializeLoop(ctx context.Context) {
-	defer m.wg.Done()
 	ticker := time.NewTicker(m.cfg.MaterializeInterval)
 	defer ticker.Stop()
 	for ctx.Err() == nil {
@@ -187,32 +168,22 @@ func (m *Module) materializeLoop(ctx context.Context) {
 	}
 }
 
-// recoverLoop recovers expired delivery leases of every subscription, with
-// the same transitions a claim applies (S-22).
-func (m *Module) recoverLoop(ctx context.Context) {
-	defer m.wg.Done()
-	ticker := time.NewTicker(m.cfg.RecoverInterval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+// recoverExpired recovers expired delivery leases of every subscription,
+// with the same transitions a claim applies (S-22).
+func (m *Module) recoverExpired(ctx context.Context) {
+	for ctx.Err() == nil {
+		n, err := RecoverLeases(ctx, m.db, "", m.cfg.RecoverBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				m.logger.Warn("recover delivery leases", "err", err)
+			}
 			return
-		case <-ticker.C:
 		}
-		for ctx.Err() == nil {
-			n, err := RecoverLeases(ctx, m.db, "", m.cfg.RecoverBatch)
-			if err != nil {
-				if ctx.Err() == nil {
-					m.logger.Warn("recover delivery leases", "err", err)
-				}
-				break
-			}
-			if n > 0 {
-				m.Claimable.Notify()
-			}
-			if n < m.cfg.RecoverBatch {
-				break
-			}
+		if n > 0 {
+			m.Claimable.Notify()
+		}
+		if n < m.cfg.RecoverBatch {
+			return
 		}
 	}
 }

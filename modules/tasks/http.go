@@ -5,8 +5,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"io"
 	"net/http"
+	"time"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -35,23 +35,6 @@ func (m *Module) routes(r *mux.Router) {
 	r.Handle("/v1/tasks/{id}:review", a.Require(auth.PermTasksReview, http.HandlerFunc(m.review))).Methods(http.MethodPost)
 }
 
-// readBody reads and strictly decodes a JSON body, returning the raw bytes
-// for the idempotency digest.
-func readBody(r *http.Request, dst any) ([]byte, error) {
-	if _, err := httpx.Query(r); err != nil {
-		return nil, err
-	}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, httpx.MaxBodyBytes+1))
-	if err != nil {
-		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "request body could not be read")
-	}
-	r.Body = io.NopCloser(bytes.NewReader(raw))
-	if err := httpx.DecodeJSON(r, dst); err != nil {
-		return nil, err
-	}
-	return raw, nil
-}
-
 type submitRequest struct {
 	QueueID     *string        `json:"queue_id"`
 	Input       jsontext.Value `json:"input"`
@@ -66,7 +49,7 @@ type taskReceipt struct {
 func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 	p := auth.FromContext(r.Context())
 	var req submitRequest
-	raw, err := readBody(r, &req)
+	raw, err := httpx.ReadJSON(r, &req)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
@@ -148,11 +131,6 @@ func (m *Module) get(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteData(w, r, http.StatusOK, t.View(true))
 }
 
-type listPage struct {
-	Items      []TaskView `json:"items"`
-	NextCursor string     `json:"next_cursor,omitempty"`
-}
-
 func (m *Module) list(w http.ResponseWriter, r *http.Request) {
 	q, err := httpx.Query(r, "queue_id", "state", "limit", "cursor")
 	if err != nil {
@@ -186,30 +164,19 @@ func (m *Module) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	binding := "tasks|" + p.CredentialID + "|" + p.NamespaceID + "|queue=" + queueID + "|state=" + state
-	params := &TaskListParams{QueueID: queueID, State: state, Limit: limit}
-	if c, ok := q["cursor"]; ok {
-		pos, err := httpx.DecodeCursor(c, binding)
-		if err != nil {
-			httpx.WriteError(w, r, err)
-			return
-		}
-		params.After = &pos
-	}
-	rows, err := TaskList(r.Context(), m.store.DB(), params)
+	after, err := httpx.CursorParam(q, binding)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	page := listPage{Items: []TaskView{}}
-	for i, t := range rows {
-		if i == limit {
-			last := rows[limit-1]
-			page.NextCursor = httpx.EncodeCursor(binding, httpx.Cursor{CreatedAt: last.CreatedAt, ID: last.ID})
-			break
-		}
-		page.Items = append(page.Items, t.View(false))
+	rows, err := TaskList(r.Context(), m.store.DB(), &TaskListParams{QueueID: queueID, State: state, Limit: limit, After: after})
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
 	}
-	httpx.WriteData(w, r, http.StatusOK, page)
+	httpx.WriteData(w, r, http.StatusOK, httpx.NewPage(rows, limit, binding,
+		func(t *Task) (time.Time, string) { return t.CreatedAt, t.ID },
+		func(t *Task) TaskView { return t.View(false) }))
 }
 
 type cancelRequest struct {
@@ -218,7 +185,7 @@ type cancelRequest struct {
 
 func (m *Module) cancel(w http.ResponseWriter, r *http.Request) {
 	var req cancelRequest
-	raw, err := readBody(r, &req)
+	raw, err := httpx.ReadJSON(r, &req)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
@@ -260,7 +227,7 @@ type reviewRequest struct {
 
 func (m *Module) review(w http.ResponseWriter, r *http.Request) {
 	var req reviewRequest
-	raw, err := readBody(r, &req)
+	raw, err := httpx.ReadJSON(r, &req)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return

@@ -2,16 +2,15 @@ package tasks
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"database/sql"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 )
@@ -129,7 +128,7 @@ func (s *Store) Lease(ctx context.Context, sessionID string, leaseDuration time.
 			return err
 		}
 		for _, t := range picked {
-			secret, digest := newLeaseSecret()
+			secret, digest := auth.NewLeaseSecret()
 			a := Assignment{Task: t, AttemptID: db.NewID(), LeaseUntil: now.Add(leaseDuration), LeaseSecret: secret}
 			t.Attempts++
 			t.LeaseEpoch++
@@ -153,15 +152,6 @@ func (s *Store) Lease(ctx context.Context, sessionID string, leaseDuration time.
 		return nil, fmt.Errorf("tasks: lease: %w", err)
 	}
 	return out, nil
-}
-
-func newLeaseSecret() (string, [32]byte) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		panic("tasks: crypto/rand failed: " + err.Error())
-	}
-	secret := base64.RawURLEncoding.EncodeToString(b)
-	return secret, sha256.Sum256([]byte(secret))
 }
 
 // Proof identifies a lease: the attempt, its epoch and the secret sent in

@@ -7,13 +7,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/bg"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/wake"
 	"github.com/orbitrun/orbit/modules"
@@ -68,9 +68,7 @@ type Module struct {
 	// subscriptions module sets it during Provision.
 	Guard LiveDeliveryGuard
 
-	stop chan struct{}
-	wg   sync.WaitGroup
-	once sync.Once
+	loops bg.Group
 }
 
 // OrbitModule returns the module's info.
@@ -134,47 +132,17 @@ func (m *Module) Routes(r *mux.Router) { m.routes(r) }
 
 // Start runs the lease sweeper and the retention sweeper until Stop.
 func (m *Module) Start(context.Context) error {
-	m.stop = make(chan struct{})
-	m.wg.Add(2)
-	go m.loop(m.cfg.SweepInterval, m.sweepLeases)
-	go m.loop(m.cfg.RetentionInterval, m.sweepRetention)
+	m.loops.Go(func(ctx context.Context) { bg.Every(ctx, m.cfg.SweepInterval, m.sweepLeases) })
+	m.loops.Go(func(ctx context.Context) { bg.Every(ctx, m.cfg.RetentionInterval, m.sweepRetention) })
 	return nil
 }
 
 // Stop stops the sweepers and waits for them, bounded by ctx.
 func (m *Module) Stop(ctx context.Context) error {
-	if m.stop == nil {
-		return nil
+	if err := m.loops.Stop(ctx); err != nil {
+		return fmt.Errorf("tasks: stop: %w", err)
 	}
-	m.once.Do(func() { close(m.stop) })
-	done := make(chan struct{})
-	go func() { m.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("tasks: stop: %w", ctx.Err())
-	}
-}
-
-func (m *Module) loop(every time.Duration, work func(ctx context.Context)) {
-	defer m.wg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-m.stop
-		cancel()
-	}()
-	ticker := time.NewTicker(every)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-m.stop:
-			return
-		case <-ticker.C:
-			work(ctx)
-		}
-	}
+	return nil
 }
 
 // sweepLeases recovers expired leases until none is left (T-6).

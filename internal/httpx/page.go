@@ -1,0 +1,63 @@
+package httpx
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"time"
+)
+
+// ReadJSON is the body reading of a write endpoint: it rejects any query
+// parameter (C-9), reads the body, decodes it into dst under the rules of
+// C-8 and returns the raw bytes, which the idempotency digest is taken of.
+func ReadJSON(r *http.Request, dst any) ([]byte, error) {
+	if _, err := Query(r); err != nil {
+		return nil, err
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
+	if err != nil {
+		return nil, Errorf(CodeInvalidArgument, "request body could not be read")
+	}
+	r.Body = io.NopCloser(bytes.NewReader(raw))
+	if err := DecodeJSON(r, dst); err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
+
+// CursorParam decodes the optional cursor query parameter of a list bound to
+// binding (C-16); it returns nil when the parameter is absent.
+func CursorParam(q map[string]string, binding string) (*Cursor, error) {
+	s, ok := q["cursor"]
+	if !ok {
+		return nil, nil
+	}
+	c, err := DecodeCursor(s, binding)
+	if err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Page is the data of a list reply (C-16).
+type Page[V any] struct {
+	Items      []V    `json:"items"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// NewPage builds a page from rows fetched with limit+1, newest first: it
+// keeps at most limit items, converted by view, and sets NextCursor after the
+// last one kept when a further row exists. position returns a row's
+// (created_at, id).
+func NewPage[T any, V any](rows []T, limit int, binding string, position func(T) (time.Time, string), view func(T) V) Page[V] {
+	page := Page[V]{Items: make([]V, 0, min(len(rows), limit))}
+	for i, row := range rows {
+		if i == limit {
+			at, id := position(rows[limit-1])
+			page.NextCursor = EncodeCursor(binding, Cursor{CreatedAt: at, ID: id})
+			break
+		}
+		page.Items = append(page.Items, view(row))
+	}
+	return page
+}
