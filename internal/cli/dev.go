@@ -25,9 +25,12 @@ import (
 
 // Defaults of `orbit dev`.
 const (
-	devStateDir        = ".local"
-	devDatabase        = "orbit"
-	devCredentialsFile = "dev.credentials.json"
+	devStateDir = ".local"
+	devDatabase = "orbit"
+	// devReceiverDatabase is an empty database on the same local server for
+	// the result-inbox receiver, which must never use the platform database.
+	devReceiverDatabase = "receiver_example"
+	devCredentialsFile  = "dev.credentials.json"
 	// devDSNFile holds the local database's DSN while `orbit dev` runs, so
 	// that other orbit commands started from the same directory find it.
 	devDSNFile      = "dev.dsn"
@@ -98,8 +101,10 @@ func (app *App) dev(ctx context.Context, cmd *cobra.Command, cfg *config.Config,
 				fmt.Fprintf(cmd.ErrOrStderr(), "orbit dev: stopping the local database: %v\n", err)
 			}
 		}()
-		if err := createDatabase(ctx, srv.DSN(""), devDatabase); err != nil {
-			return err
+		for _, name := range []string{devDatabase, devReceiverDatabase} {
+			if err := createDatabase(ctx, srv.DSN(""), name); err != nil {
+				return err
+			}
 		}
 		cfg.Database.DSN = srv.DSN(devDatabase)
 		dsnPath := filepath.Join(stateDir, devDSNFile)
@@ -108,6 +113,7 @@ func (app *App) dev(ctx context.Context, cmd *cobra.Command, cfg *config.Config,
 		}
 		defer os.Remove(dsnPath)
 		fmt.Fprintf(out, "local database ready on 127.0.0.1:%d (database %s)\n", srv.Port(), devDatabase)
+		fmt.Fprintf(out, "receiver database for examples/result-inbox:\n      export ORBIT_RECEIVER_DSN='%s'\n", srv.DSN(devReceiverDatabase))
 	}
 	cfg.Database.Migrate = true
 
