@@ -6,6 +6,7 @@ package all
 import (
 	_ "github.com/orbitrun/orbit/modules/admin"
 	_ "github.com/orbitrun/orbit/modules/events"
+	_ "github.com/orbitrun/orbit/modules/inboxreceiver"
 	_ "github.com/orbitrun/orbit/modules/subscriptions"
 	_ "github.com/orbitrun/orbit/modules/tasks"
 	_ "github.com/orbitrun/orbit/modules/workers"

@@ -15,15 +15,17 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// waitTime bounds every wait of a test for something the worker does.
+// waitTime bounds every wait of a test for something the client does.
 const waitTime = 5 * time.Second
 
-// fakeServer is a fake orbit.workers.v1 server. Each accepted connection is
-// handed to the test, which plays the server's side frame by frame.
+// fakeServer is a fake orbit.workers.v1 or orbit.events.v1 server. Each
+// accepted connection is handed to the test, which plays the server's side
+// frame by frame.
 type fakeServer struct {
 	t     *testing.T
 	srv   *httptest.Server
 	conns chan *fakeConn
+	proto fakeProtocol
 
 	mu       sync.Mutex
 	attempts []time.Time   // when each upgrade request arrived
@@ -32,11 +34,31 @@ type fakeServer struct {
 	all      []*fakeConn
 }
 
-// setupServer starts a fake server. reject, if not nil, is asked about the
-// n-th upgrade request (from 1) and refuses it when it returns a status.
+// fakeProtocol is what distinguishes the two protocols for the fake.
+type fakeProtocol struct {
+	path        string // of the upgrade request
+	subprotocol string
+	ping        string // the client's heartbeat frame type
+}
+
+var (
+	workerFake = fakeProtocol{path: "/v1/workers/connect", subprotocol: workerProtocol, ping: framePing}
+	eventsFake = fakeProtocol{path: "/v1/events/connect", subprotocol: eventsProtocol, ping: frameEventsPing}
+)
+
+// setupServer starts a fake worker server. reject, if not nil, is asked
+// about the n-th upgrade request (from 1) and refuses it when it returns a
+// status.
 func setupServer(t *testing.T, reject func(n int) (int, string, http.Header)) *fakeServer {
 	t.Helper()
-	s := &fakeServer{t: t, conns: make(chan *fakeConn, 8), reject: reject}
+	return setupFake(t, workerFake, reject)
+}
+
+// setupFake starts a fake server of protocol p; reject is as for
+// setupServer.
+func setupFake(t *testing.T, p fakeProtocol, reject func(n int) (int, string, http.Header)) *fakeServer {
+	t.Helper()
+	s := &fakeServer{t: t, conns: make(chan *fakeConn, 8), reject: reject, proto: p}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(func() {
 		s.mu.Lock()
@@ -56,7 +78,7 @@ func (s *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 	s.headers = append(s.headers, r.Header.Clone())
 	n := len(s.attempts)
 	s.mu.Unlock()
-	if r.URL.Path != "/v1/workers/connect" || r.URL.RawQuery != "" || r.URL.ForceQuery {
+	if r.URL.Path != s.proto.path || r.URL.RawQuery != "" || r.URL.ForceQuery {
 		http.Error(w, "bad path or query", http.StatusTeapot)
 		return
 	}
@@ -71,12 +93,12 @@ func (s *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	up := websocket.Upgrader{Subprotocols: []string{workerProtocol}}
+	up := websocket.Upgrader{Subprotocols: []string{s.proto.subprotocol}}
 	ws, err := up.Upgrade(w, r, nil)
 	if err != nil {
 		return
 	}
-	c := &fakeConn{t: s.t, ws: ws, frames: make(chan frame, 64), closed: make(chan struct{})}
+	c := &fakeConn{t: s.t, ws: ws, ping: s.proto.ping, frames: make(chan frame, 64), closed: make(chan struct{})}
 	s.mu.Lock()
 	s.all = append(s.all, c)
 	s.mu.Unlock()
@@ -84,14 +106,14 @@ func (s *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 	s.conns <- c
 }
 
-// accept returns the next connection the worker opens.
+// accept returns the next connection the client opens.
 func (s *fakeServer) accept() *fakeConn {
 	s.t.Helper()
 	select {
 	case c := <-s.conns:
 		return c
 	case <-time.After(waitTime):
-		s.t.Fatal("the worker did not connect")
+		s.t.Fatal("the client did not connect")
 		return nil
 	}
 }
@@ -110,13 +132,14 @@ func (s *fakeServer) header(n int) http.Header {
 	return s.headers[n]
 }
 
-// fakeConn is the server's side of one worker connection.
+// fakeConn is the server's side of one client connection.
 type fakeConn struct {
 	t      *testing.T
 	ws     *websocket.Conn
-	frames chan frame // frames from the worker
+	ping   string     // the heartbeat frame type, which next skips
+	frames chan frame // frames from the client
 	closed chan struct{}
-	// closeCode is the close code the worker sent, or 0; read it after
+	// closeCode is the close code the client sent, or 0; read it after
 	// closed is closed.
 	closeCode int
 }
@@ -134,36 +157,36 @@ func (c *fakeConn) read() {
 			return
 		}
 		if typ != websocket.TextMessage {
-			c.t.Errorf("worker sent a binary frame")
+			c.t.Errorf("client sent a binary frame")
 			continue
 		}
 		var f frame
 		if err := json.Unmarshal(b, &f); err != nil {
-			c.t.Errorf("worker sent an invalid frame %s: %v", b, err)
+			c.t.Errorf("client sent an invalid frame %s: %v", b, err)
 			continue
 		}
 		select {
 		case c.frames <- f:
 		default:
-			if f.Type != framePing {
+			if f.Type != c.ping {
 				c.t.Errorf("frame buffer full; dropped a %s frame", f.Type)
 			}
 		}
 	}
 }
 
-// next returns the next frame of the worker other than worker.ping.
+// next returns the next frame of the client other than its heartbeat.
 func (c *fakeConn) next() frame {
 	c.t.Helper()
 	for {
 		f := c.nextAny()
-		if f.Type != framePing {
+		if f.Type != c.ping {
 			return f
 		}
 	}
 }
 
-// nextAny returns the next frame of the worker.
+// nextAny returns the next frame of the client.
 func (c *fakeConn) nextAny() frame {
 	c.t.Helper()
 	select {
@@ -172,12 +195,12 @@ func (c *fakeConn) nextAny() frame {
 	case <-c.closed:
 		c.t.Fatal("the connection closed while a frame was expected")
 	case <-time.After(waitTime):
-		c.t.Fatal("no frame from the worker")
+		c.t.Fatal("no frame from the client")
 	}
 	return frame{}
 }
 
-// expect returns the next frame other than worker.ping and checks its type.
+// expect returns the next frame other than a heartbeat and checks its type.
 func (c *fakeConn) expect(typ string) frame {
 	c.t.Helper()
 	f := c.next()
@@ -248,20 +271,20 @@ func (c *fakeConn) drop() {
 	<-c.closed
 }
 
-// waitClosed waits for the worker to close the connection and returns the
+// waitClosed waits for the client to close the connection and returns the
 // close code it sent.
 func (c *fakeConn) waitClosed() int {
 	c.t.Helper()
 	for {
 		select {
 		case f := <-c.frames:
-			if f.Type != framePing {
+			if f.Type != c.ping {
 				c.t.Errorf("unexpected %s frame while waiting for the close (body %s)", f.Type, f.Body)
 			}
 		case <-c.closed:
 			return c.closeCode
 		case <-time.After(waitTime):
-			c.t.Fatal("the worker did not close the connection")
+			c.t.Fatal("the client did not close the connection")
 			return 0
 		}
 	}
@@ -270,7 +293,7 @@ func (c *fakeConn) waitClosed() int {
 // idOf returns a 32-hex id made of one repeated character.
 func idOf(ch string) string { return strings.Repeat(ch, 32) }
 
-// discardLogger drops the worker's log.
+// discardLogger drops the client's log.
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // validID reports whether s is 32 lowercase hexadecimal characters.

@@ -186,25 +186,9 @@ func NewWorker(cfg WorkerConfig, handler TaskHandler) (*Worker, error) {
 	if w.log == nil {
 		w.log = slog.Default()
 	}
-	u := endpoint(base, "/v1/workers/connect", nil)
-	if u.Scheme == "https" {
-		u.Scheme = "wss"
-	} else {
-		u.Scheme = "ws"
-	}
-	w.url = u.String()
-	w.header = http.Header{
-		"Authorization": {"Bearer " + cfg.Token},
-		"User-Agent":    {defaultUserAgent},
-	}
-	d := websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: 45 * time.Second}
-	if cfg.Dialer != nil {
-		d = *cfg.Dialer
-	}
-	d.Subprotocols = []string{workerProtocol}
-	d.EnableCompression = false
-	d.Jar = nil
-	w.dialer = &d
+	w.url = websocketURL(base, "/v1/workers/connect")
+	w.header = upgradeHeader(cfg.Token)
+	w.dialer = newDialer(cfg.Dialer, workerProtocol)
 	return w, nil
 }
 

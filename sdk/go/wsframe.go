@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -194,7 +195,7 @@ func (s *session) read() {
 	defer close(s.frames)
 	for {
 		_ = s.ws.SetReadDeadline(time.Now().Add(s.readTimeout))
-		f, err := readFrame(s.ws)
+		f, err := readFrame(s.ws, nil)
 		if err != nil {
 			s.err = err
 			return
@@ -210,7 +211,7 @@ func (s *session) read() {
 
 // write sends f with a bounded deadline.
 func (s *session) write(f frame) error {
-	return writeFrame(s.ws, f)
+	return writeFrame(s.ws, f, nil)
 }
 
 // teardown closes the connection abruptly and waits for the reader.
@@ -249,9 +250,27 @@ func (s *session) closeNormally() []frame {
 	}
 }
 
+// Directions a trace function is called with.
+const (
+	// FrameSent marks a frame the client wrote.
+	FrameSent = "sent"
+	// FrameReceived marks a frame the client read.
+	FrameReceived = "received"
+)
+
+// traceFunc receives the text of every frame written (FrameSent) or read
+// (FrameReceived); nil traces nothing.
+type traceFunc func(dir string, frame []byte)
+
 // writeFrame encodes f and writes it as one text message within
 // writeTimeout.
-func writeFrame(ws *websocket.Conn, f frame) error {
+func writeFrame(ws *websocket.Conn, f frame, trace traceFunc) error {
+	return writeFrameBy(ws, f, time.Now().Add(writeTimeout), trace)
+}
+
+// writeFrameBy encodes f and writes it as one text message before
+// deadline. A write that fails or times out leaves the connection unusable.
+func writeFrameBy(ws *websocket.Conn, f frame, deadline time.Time, trace traceFunc) error {
 	b, err := json.Marshal(f)
 	if err != nil {
 		return fmt.Errorf("encode %s frame: %w", f.Type, err)
@@ -259,15 +278,21 @@ func writeFrame(ws *websocket.Conn, f frame) error {
 	if len(b) > maxFrameBytes {
 		return fmt.Errorf("%s frame of %d bytes exceeds %d", f.Type, len(b), maxFrameBytes)
 	}
-	_ = ws.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if trace != nil {
+		trace(FrameSent, b)
+	}
+	_ = ws.SetWriteDeadline(deadline)
 	return ws.WriteMessage(websocket.TextMessage, b)
 }
 
 // readFrame reads one message and decodes its envelope.
-func readFrame(ws *websocket.Conn) (frame, error) {
+func readFrame(ws *websocket.Conn, trace traceFunc) (frame, error) {
 	typ, b, err := ws.ReadMessage()
 	if err != nil {
 		return frame{}, err
+	}
+	if trace != nil && typ == websocket.TextMessage {
+		trace(FrameReceived, b)
 	}
 	if typ != websocket.TextMessage {
 		return frame{}, errors.New("server sent a binary frame")
@@ -308,60 +333,150 @@ func retryAfter(resp *http.Response) time.Duration {
 	return time.Duration(n) * time.Second
 }
 
-// connect dials, says hello and waits for the welcome.
-func (w *Worker) connect(ctx context.Context) connectResult {
-	ws, resp, err := w.dialer.DialContext(ctx, w.url, w.header)
+// websocketURL returns the ws:// or wss:// URL of path under the http or
+// https base URL.
+func websocketURL(base *url.URL, path string) string {
+	u := endpoint(base, path, nil)
+	if u.Scheme == "https" {
+		u.Scheme = "wss"
+	} else {
+		u.Scheme = "ws"
+	}
+	return u.String()
+}
+
+// newDialer returns a copy of d (nil: a dialer with the proxy from the
+// environment) that offers only protocol, never compression, and sends no
+// cookies.
+func newDialer(d *websocket.Dialer, protocol string) *websocket.Dialer {
+	c := websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: 45 * time.Second}
+	if d != nil {
+		c = *d
+	}
+	c.Subprotocols = []string{protocol}
+	c.EnableCompression = false
+	c.Jar = nil
+	return &c
+}
+
+// upgradeHeader returns the headers of an upgrade request with token.
+func upgradeHeader(token string) http.Header {
+	return http.Header{
+		"Authorization": {"Bearer " + token},
+		"User-Agent":    {defaultUserAgent},
+	}
+}
+
+// handshakeParams describe one connection attempt: the upgrade, the hello
+// frame and the reply it waits for.
+type handshakeParams struct {
+	who      string // prefixes errors, such as "orbit worker"
+	dialer   *websocket.Dialer
+	url      string
+	header   http.Header
+	protocol string
+	hello    frame
+	welcome  string // the frame type that accepts the hello
+	timeout  time.Duration
+	trace    traceFunc
+}
+
+// handshake dials, sends the hello and waits for the welcome. It returns
+// the connection, with a read limit and no reader yet, and the welcome.
+// A refused upgrade and an error frame answering the hello are *APIError
+// (the first with its HTTP Status, the second with Status 0); retryAfter is
+// the refusal's Retry-After, the third result. Cancelling ctx aborts the
+// attempt.
+func handshake(ctx context.Context, p handshakeParams) (*websocket.Conn, frame, time.Duration, error) {
+	ws, resp, err := p.dialer.DialContext(ctx, p.url, p.header)
 	if err != nil {
 		if resp != nil && errors.Is(err, websocket.ErrBadHandshake) {
-			apiErr := upgradeError(resp)
-			switch apiErr.Status {
-			case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusUpgradeRequired:
-				return connectResult{err: apiErr, fatal: true}
-			}
-			return connectResult{err: apiErr, retryAfter: retryAfter(resp)}
+			return nil, frame{}, retryAfter(resp), upgradeError(resp)
 		}
-		return connectResult{err: fmt.Errorf("orbit worker: dial: %w", err)}
+		return nil, frame{}, 0, fmt.Errorf("%s: dial: %w", p.who, err)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = ws.Close() })
 	defer stop()
-	fail := func(err error, fatal bool) connectResult {
-		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(closeWait))
-		_ = ws.Close()
-		return connectResult{err: err, fatal: fatal}
+	fail := func(err error) (*websocket.Conn, frame, time.Duration, error) {
+		closeNow(ws)
+		return nil, frame{}, 0, err
 	}
-	if ws.Subprotocol() != workerProtocol {
-		return fail(fmt.Errorf("orbit worker: server chose sub-protocol %q, want %q", ws.Subprotocol(), workerProtocol), false)
+	if ws.Subprotocol() != p.protocol {
+		return fail(fmt.Errorf("%s: server chose sub-protocol %q, want %q", p.who, ws.Subprotocol(), p.protocol))
 	}
 	ws.SetReadLimit(maxFrameBytes)
-	hello, err := newFrame(frameHello, "", helloBody{QueueID: w.cfg.QueueID, Capacity: w.cfg.Capacity, WorkerName: w.cfg.WorkerName})
-	if err == nil {
-		err = writeFrame(ws, hello)
+	if err := writeFrame(ws, p.hello, p.trace); err != nil {
+		return fail(fmt.Errorf("%s: send %s: %w", p.who, p.hello.Type, err))
 	}
+	_ = ws.SetReadDeadline(time.Now().Add(p.timeout))
+	f, err := readFrame(ws, p.trace)
 	if err != nil {
-		return fail(fmt.Errorf("orbit worker: send hello: %w", err), false)
-	}
-	_ = ws.SetReadDeadline(time.Now().Add(welcomeTimeout))
-	f, err := readFrame(ws)
-	if err != nil {
-		return fail(fmt.Errorf("orbit worker: wait for welcome: %w", err), false)
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return fail(fmt.Errorf("%s: wait for %s: %w", p.who, p.welcome, err))
 	}
 	switch {
 	case f.Type == frameTypeError:
-		e := f.apiError()
-		return fail(e, isFatal(e.Code) || e.Code == CodeInvalidArgument)
-	case f.Type != frameWelcome || (f.ReplyTo != "" && f.ReplyTo != hello.MessageID):
-		return fail(fmt.Errorf("orbit worker: expected %s in reply to hello, got %s", frameWelcome, f.Type), false)
-	}
-	var welcome welcomeBody
-	if err := json.Unmarshal(f.Body, &welcome); err != nil {
-		return fail(fmt.Errorf("orbit worker: invalid welcome: %w", err), false)
-	}
-	if welcome.SessionID == "" || welcome.HeartbeatIntervalMS <= 0 {
-		return fail(errors.New("orbit worker: welcome lacks session_id or heartbeat_interval_ms"), false)
+		return fail(f.apiError())
+	case f.Type != p.welcome || (f.ReplyTo != "" && f.ReplyTo != p.hello.MessageID):
+		return fail(fmt.Errorf("%s: expected %s in reply to %s, got %s", p.who, p.welcome, p.hello.Type, f.Type))
 	}
 	if !stop() {
 		_ = ws.Close()
-		return connectResult{err: ctx.Err()}
+		return nil, frame{}, 0, ctx.Err()
+	}
+	_ = ws.SetReadDeadline(time.Time{})
+	return ws, f, 0, nil
+}
+
+// closeNow sends a close frame with code 1000, without waiting for the
+// answer, and closes the connection.
+func closeNow(ws *websocket.Conn) {
+	_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(closeWait))
+	_ = ws.Close()
+}
+
+// handshakeFatal reports whether reconnecting cannot help after a failed
+// handshake: the upgrade was refused with 400, 401, 403, 404 or 426, or the
+// hello was answered with UNAUTHENTICATED, PERMISSION_DENIED, NOT_FOUND or
+// INVALID_ARGUMENT.
+func handshakeFatal(err error) bool {
+	var e *APIError
+	if !errors.As(err, &e) {
+		return false
+	}
+	if e.Status != 0 {
+		switch e.Status {
+		case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusUpgradeRequired:
+			return true
+		}
+		return false
+	}
+	return isFatal(e.Code) || e.Code == CodeInvalidArgument
+}
+
+// connect dials, says hello and waits for the welcome.
+func (w *Worker) connect(ctx context.Context) connectResult {
+	hello, err := newFrame(frameHello, "", helloBody{QueueID: w.cfg.QueueID, Capacity: w.cfg.Capacity, WorkerName: w.cfg.WorkerName})
+	if err != nil {
+		return connectResult{err: fmt.Errorf("orbit worker: %w", err)}
+	}
+	ws, f, retry, err := handshake(ctx, handshakeParams{
+		who: "orbit worker", dialer: w.dialer, url: w.url, header: w.header, protocol: workerProtocol,
+		hello: hello, welcome: frameWelcome, timeout: welcomeTimeout,
+	})
+	if err != nil {
+		return connectResult{err: err, fatal: handshakeFatal(err), retryAfter: retry}
+	}
+	var welcome welcomeBody
+	if err := json.Unmarshal(f.Body, &welcome); err != nil {
+		closeNow(ws)
+		return connectResult{err: fmt.Errorf("orbit worker: invalid welcome: %w", err)}
+	}
+	if welcome.SessionID == "" || welcome.HeartbeatIntervalMS <= 0 {
+		closeNow(ws)
+		return connectResult{err: errors.New("orbit worker: welcome lacks session_id or heartbeat_interval_ms")}
 	}
 	s := newSession(ws, welcome)
 	go s.read()

@@ -1,0 +1,59 @@
+package receiver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	orbit "github.com/orbitrun/orbit/sdk/go"
+
+	"github.com/orbitrun/orbit/examples/result-inbox/inbox"
+)
+
+// Consume receives an existing subscription's results and applies each
+// through the Inbox until ctx ends (seed 000 §3). At start it fetches the
+// subscription and refuses to run if its queue is not the configured one, so
+// a misconfigured receiver never burns delivery budget. It stops only this
+// process: the shared subscription is not paused.
+func Consume(ctx context.Context, cfg *Config, out io.Writer, logger *slog.Logger) error {
+	if cfg.SubscriptionID == "" {
+		return fmt.Errorf("%s is not set: give the id of a subscription this credential created", EnvSubscriptionID)
+	}
+	if !inbox.ValidConsumerName(cfg.ReceiverName) {
+		return fmt.Errorf("%s: %q is not a valid receiver name (at most 64 ASCII letters, digits, '.', '_', '-', a letter or digit first)", EnvReceiverName, cfg.ReceiverName)
+	}
+	client, err := cfg.Credentials.NewClient()
+	if err != nil {
+		return err
+	}
+	sub, err := client.GetSubscription(ctx, cfg.SubscriptionID)
+	if err != nil {
+		return fmt.Errorf("consume: subscription %s: %w", cfg.SubscriptionID, err)
+	}
+	if sub.QueueID != cfg.Credentials.QueueID {
+		return fmt.Errorf("consume: subscription %s belongs to queue %s, not the configured queue %s; refusing to start", sub.ID, sub.QueueID, cfg.Credentials.QueueID)
+	}
+	db, err := OpenReceiverDB(ctx, cfg.ReceiverDSN)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	store, err := inbox.NewStore(db, cfg.ReceiverName, sub.QueueID)
+	if err != nil {
+		return err
+	}
+	p := &printer{out: out}
+	consumer, err := orbit.NewEventConsumer(orbit.EventConsumerConfig{
+		BaseURL: cfg.Credentials.URL, Token: cfg.Credentials.Token, SubscriptionID: sub.ID,
+		Capacity: ConsumeConcurrency, Concurrency: ConsumeConcurrency,
+		ShutdownTimeout: ConsumeStopTimeout / 2, Logger: logger,
+	}, applyHandler(store, p))
+	if err != nil {
+		return err
+	}
+	p.line("consuming subscription=%s queue=%s receiver=%s", sub.ID, sub.QueueID, cfg.ReceiverName)
+	err = consumer.Run(ctx)
+	p.line("stopped subscription=%s", sub.ID)
+	return err
+}

@@ -1,0 +1,585 @@
+package orbit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// eventJob is one delivery handed to the handler.
+type eventJob struct {
+	d      *Delivery
+	proof  AckProof
+	ctx    context.Context
+	cancel context.CancelFunc
+	err    error
+}
+
+// pendingAck is the latest proof of a delivery whose handler returned nil
+// and whose acknowledgement the server has not answered yet.
+type pendingAck struct {
+	proof   AckProof
+	eventID string
+	sentOn  *consumerConn // the connection it awaits an answer on, or nil
+}
+
+// consumerConn is one welcomed connection of a Run.
+type consumerConn struct {
+	ec      *EventConn
+	ctx     context.Context // cancelled when the connection is dropped
+	cancel  context.CancelFunc
+	beat    *time.Ticker
+	since   time.Time
+	pinging bool
+	enabled bool
+}
+
+// dialOutcome is the end of one connection attempt.
+type dialOutcome struct {
+	ec         *EventConn
+	retryAfter time.Duration
+	err        error
+}
+
+// connItem is a delivery, or the end of a connection, from its reader.
+type connItem struct {
+	conn *consumerConn
+	d    *Delivery
+	err  error
+}
+
+// ackOutcome is the answer to one event.ack.
+type ackOutcome struct {
+	conn  *consumerConn
+	proof AckProof
+	res   *AckResult
+	err   error
+}
+
+// pingOutcome is the answer to one events.ping.
+type pingOutcome struct {
+	conn *consumerConn
+	res  *PingResult
+	err  error
+}
+
+// consumerRun is the state of one Run. Everything but the handlers and the
+// goroutines that wait for the network runs in Run's goroutine.
+type consumerRun struct {
+	c   *EventConsumer
+	log *slog.Logger
+
+	handlerCtx     context.Context
+	cancelHandlers context.CancelFunc
+	handlers       sync.WaitGroup
+	finished       chan *eventJob // buffered to Concurrency
+
+	// background goroutines post to the channels below until quit closes.
+	background sync.WaitGroup
+	quit       chan struct{}
+	items      chan connItem
+	acks       chan ackOutcome
+	pings      chan pingOutcome
+
+	queued  []*eventJob // received and not started, in arrival order
+	running map[AckProof]*eventJob
+	pending map[string]*pendingAck // by delivery id
+
+	conn          *consumerConn
+	connecting    chan dialOutcome // nil unless a connection attempt runs
+	cancelConnect context.CancelFunc
+	retry         *time.Timer // nil unless waiting to reconnect
+	failures      int
+	connected     bool // a connection was welcomed before
+
+	draining bool
+	deadline time.Time // when a shutdown gives up; set once draining
+}
+
+// newConsumerRun prepares one Run. Handler contexts keep ctx's values; a
+// shutdown cancels them.
+func newConsumerRun(ctx context.Context, c *EventConsumer) *consumerRun {
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	return &consumerRun{
+		c: c, log: c.log.With(slog.String("subscription_id", c.cfg.SubscriptionID)),
+		handlerCtx: hctx, cancelHandlers: cancel,
+		finished: make(chan *eventJob, c.cfg.Concurrency),
+		quit:     make(chan struct{}),
+		items:    make(chan connItem),
+		acks:     make(chan ackOutcome),
+		pings:    make(chan pingOutcome),
+		running:  make(map[AckProof]*eventJob),
+		pending:  make(map[string]*pendingAck),
+	}
+}
+
+// run is the loop of Run: every state change happens here.
+func (r *consumerRun) run(ctx context.Context) error {
+	var bound <-chan time.Time
+	var boundTimer *time.Timer
+	defer func() {
+		if boundTimer != nil {
+			boundTimer.Stop()
+		}
+	}()
+	stop := ctx.Done()
+	r.startConnect()
+	for {
+		if r.draining && len(r.running) == 0 && len(r.pending) == 0 {
+			r.finish()
+			return nil
+		}
+		var beat, retry <-chan time.Time
+		if r.conn != nil {
+			beat = r.conn.beat.C
+		}
+		if r.retry != nil {
+			retry = r.retry.C
+		}
+		var err error
+		select {
+		case <-stop:
+			stop = nil
+			r.beginDrain()
+			boundTimer = time.NewTimer(r.c.cfg.ShutdownTimeout)
+			bound = boundTimer.C
+		case <-bound:
+			r.log.Warn("orbit consumer: shutdown timeout passed; abandoning unanswered acknowledgements, whose events will be delivered again",
+				slog.Int("unanswered", len(r.pending)), slog.Int("running", len(r.running)))
+			r.finish()
+			return nil
+		case j := <-r.finished:
+			r.handlerDone(j)
+		case res := <-r.connecting:
+			r.cancelConnect()
+			r.connecting, r.cancelConnect = nil, nil
+			err = r.dialed(res)
+		case <-retry:
+			r.retry = nil
+			r.startConnect()
+		case <-beat:
+			r.ping()
+		case it := <-r.items:
+			err = r.item(it)
+		case a := <-r.acks:
+			err = r.acked(a)
+		case p := <-r.pings:
+			err = r.pinged(p)
+		}
+		if err != nil {
+			r.abort(err)
+			return err
+		}
+	}
+}
+
+// stopBackground stops the goroutines that wait for the network and waits
+// for them; the connection is closed by then.
+func (r *consumerRun) stopBackground() {
+	r.cancelHandlers()
+	close(r.quit)
+	r.background.Wait()
+}
+
+// goBackground runs f in a background goroutine.
+func (r *consumerRun) goBackground(f func()) {
+	r.background.Add(1)
+	go func() {
+		defer r.background.Done()
+		f()
+	}()
+}
+
+// post sends v on ch unless Run is ending.
+func post[T any](r *consumerRun, ch chan T, v T) {
+	select {
+	case ch <- v:
+	case <-r.quit:
+	}
+}
+
+// startConnect begins a connection attempt in the background.
+func (r *consumerRun) startConnect() {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan dialOutcome, 1)
+	r.connecting, r.cancelConnect = ch, cancel
+	cfg := EventConnConfig{
+		BaseURL: r.c.cfg.BaseURL, Token: r.c.cfg.Token, SubscriptionID: r.c.cfg.SubscriptionID,
+		Capacity: r.c.cfg.Capacity, Dialer: r.c.cfg.Dialer, Trace: r.c.cfg.Trace,
+	}
+	r.goBackground(func() {
+		ec, retryAfter, err := dialEvents(ctx, cfg)
+		ch <- dialOutcome{ec: ec, retryAfter: retryAfter, err: err}
+	})
+}
+
+// dialed takes the result of a connection attempt: it starts using the
+// connection and sends the acknowledgements that wait for an answer, or
+// schedules a retry. It returns an error only when retrying cannot help.
+func (r *consumerRun) dialed(res dialOutcome) error {
+	if res.err != nil {
+		if handshakeFatal(res.err) || sessionFatal(res.err) {
+			return res.err
+		}
+		delay := r.scheduleRetry(res.retryAfter)
+		r.log.Warn("orbit consumer: cannot connect; retrying", slog.String("error", res.err.Error()),
+			slog.Int("failures", r.failures), slog.Duration("delay", delay))
+		return nil
+	}
+	w := res.ec.Welcome()
+	ctx, cancel := context.WithCancel(context.Background())
+	conn := &consumerConn{ec: res.ec, ctx: ctx, cancel: cancel, beat: time.NewTicker(w.HeartbeatInterval),
+		since: time.Now(), enabled: w.Enabled}
+	r.conn = conn
+	if r.connected {
+		r.c.reconnects.Add(1)
+	}
+	r.connected = true
+	r.log.Info("orbit consumer: connected", slog.String("session_id", w.SessionID), slog.Int("capacity", w.Capacity),
+		slog.Bool("enabled", w.Enabled), slog.Int("unanswered_acks", len(r.pending)))
+	// Acknowledgements first: a proof sent again settles its delivery
+	// before new deliveries arrive on this connection.
+	for _, p := range r.pending {
+		if r.conn != conn {
+			break
+		}
+		r.sendAck(p)
+	}
+	if r.conn == conn {
+		r.goBackground(func() {
+			for {
+				d, err := conn.ec.Next(conn.ctx)
+				post(r, r.items, connItem{conn: conn, d: d, err: err})
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	return nil
+}
+
+// scheduleRetry arms the reconnection timer with the next backoff delay,
+// at least minDelay, and returns the delay.
+func (r *consumerRun) scheduleRetry(minDelay time.Duration) time.Duration {
+	delay := max(backoffDelay(r.c.cfg.Backoff, r.failures, rand.Int64N), minDelay)
+	r.failures++
+	r.retry = time.NewTimer(delay)
+	return delay
+}
+
+// lose drops the current connection after a failure and schedules a
+// reconnection. Acknowledgements it carried without an answer are sent
+// again on the next connection; deliveries not started yet stay queued,
+// since their proofs remain valid. A connection that lasted longer than
+// the largest backoff resets the backoff.
+func (r *consumerRun) lose(err error) {
+	conn := r.conn
+	if conn == nil {
+		return
+	}
+	r.log.Warn("orbit consumer: connection lost; reconnecting", slog.String("session_id", conn.ec.Welcome().SessionID),
+		slog.String("error", errString(err)))
+	if time.Since(conn.since) > r.c.cfg.Backoff.Max {
+		r.failures = 0
+	}
+	r.drop(conn)
+	r.scheduleRetry(0)
+}
+
+// drop forgets the current connection and ends it at once.
+func (r *consumerRun) drop(conn *consumerConn) {
+	conn.cancel()
+	conn.beat.Stop()
+	conn.ec.abort()
+	for _, p := range r.pending {
+		if p.sentOn == conn {
+			p.sentOn = nil
+		}
+	}
+	r.conn = nil
+}
+
+// item takes a delivery, or the end of the connection, from the reader.
+func (r *consumerRun) item(it connItem) error {
+	if it.conn != r.conn {
+		return nil // from a connection already dropped
+	}
+	if it.err != nil {
+		if sessionFatal(it.err) {
+			return it.err
+		}
+		r.lose(it.err)
+		return nil
+	}
+	d := it.d
+	r.c.delivered.Add(1)
+	log := r.log.With(slog.String("delivery_id", d.ID), slog.String("event_id", d.Event.ID), slog.Uint64("epoch", d.Proof.Epoch))
+	if r.draining {
+		log.Debug("orbit consumer: delivery ignored during shutdown; its lease will run out")
+		return nil
+	}
+	if r.running[d.Proof] != nil || r.queuedIndex(d.Proof) >= 0 {
+		return nil // the same lease twice
+	}
+	log.Debug("orbit consumer: delivery received", slog.String("type", d.Event.Type), slog.Int("attempts", d.Attempts))
+	ctx, cancel := context.WithCancel(r.handlerCtx)
+	r.queued = append(r.queued, &eventJob{d: d, proof: d.Proof, ctx: ctx, cancel: cancel})
+	r.startQueued()
+	return nil
+}
+
+// queuedIndex returns the position of the lease in the queue, or -1.
+func (r *consumerRun) queuedIndex(p AckProof) int {
+	for i, j := range r.queued {
+		if j.proof == p {
+			return i
+		}
+	}
+	return -1
+}
+
+// startQueued starts queued deliveries while fewer than Concurrency
+// handlers run.
+func (r *consumerRun) startQueued() {
+	for !r.draining && len(r.queued) > 0 && len(r.running) < r.c.cfg.Concurrency {
+		j := r.queued[0]
+		r.queued[0] = nil
+		r.queued = r.queued[1:]
+		r.running[j.proof] = j
+		r.handlers.Add(1)
+		go func() {
+			defer r.handlers.Done()
+			j.err = r.call(j)
+			r.finished <- j
+		}()
+	}
+}
+
+// call runs the handler, turning a panic into an error.
+func (r *consumerRun) call(j *eventJob) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("orbit consumer: event handler panicked", slog.String("delivery_id", j.proof.DeliveryID),
+				slog.String("event_id", j.d.Event.ID), slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+			err = errors.New("the event handler panicked")
+		}
+	}()
+	return r.c.handler(j.ctx, j.d)
+}
+
+// handlerDone acknowledges the delivery of a handler that returned nil.
+func (r *consumerRun) handlerDone(j *eventJob) {
+	delete(r.running, j.proof)
+	j.cancel()
+	if j.err != nil {
+		r.c.handlerErrors.Add(1)
+		r.log.Warn("orbit consumer: handler failed; not acknowledging, the event will be delivered again",
+			slog.String("delivery_id", j.proof.DeliveryID), slog.String("event_id", j.d.Event.ID),
+			slog.Uint64("epoch", j.proof.Epoch), slog.String("error", j.err.Error()))
+	} else if cur := r.pending[j.proof.DeliveryID]; cur == nil || cur.proof.Epoch < j.proof.Epoch {
+		p := &pendingAck{proof: j.proof, eventID: j.d.Event.ID}
+		r.pending[j.proof.DeliveryID] = p
+		r.sendAck(p)
+	}
+	r.startQueued()
+}
+
+// sendAck writes the event.ack of p on the current connection, if any and
+// if p does not already wait for an answer there, and waits for the answer
+// in the background.
+func (r *consumerRun) sendAck(p *pendingAck) {
+	conn := r.conn
+	if conn == nil || p.sentOn == conn {
+		return
+	}
+	reply, err := conn.ec.send(frameEventAck, p.proof, r.writeDeadline())
+	if err != nil {
+		r.lose(err)
+		return
+	}
+	p.sentOn = conn
+	proof := p.proof
+	r.goBackground(func() {
+		ctx, cancel := context.WithTimeout(conn.ctx, r.c.replyTimeout)
+		defer cancel()
+		f, err := reply.wait(ctx)
+		out := ackOutcome{conn: conn, proof: proof, err: err}
+		if err == nil {
+			out.res, out.err = decodeAck(f)
+		}
+		post(r, r.acks, out)
+	})
+}
+
+// writeDeadline bounds a write: writeTimeout, and during a shutdown no
+// later than the shutdown's end.
+func (r *consumerRun) writeDeadline() time.Time {
+	d := time.Now().Add(writeTimeout)
+	if r.draining && r.deadline.Before(d) {
+		d = r.deadline
+	}
+	return d
+}
+
+// acked takes the answer to an acknowledgement.
+func (r *consumerRun) acked(a ackOutcome) error {
+	p := r.pending[a.proof.DeliveryID]
+	if p != nil && p.proof != a.proof {
+		p = nil // answers a proof that a newer one replaced
+	}
+	log := r.log.With(slog.String("delivery_id", a.proof.DeliveryID), slog.Uint64("epoch", a.proof.Epoch))
+	if p != nil {
+		log = log.With(slog.String("event_id", p.eventID))
+	}
+	if a.err == nil {
+		r.c.acked.Add(1)
+		if a.res.Deduplicated {
+			r.c.deduplicated.Add(1)
+		}
+		if p != nil {
+			delete(r.pending, a.proof.DeliveryID)
+		}
+		log.Debug("orbit consumer: delivery acknowledged", slog.Bool("deduplicated", a.res.Deduplicated))
+		return nil
+	}
+	switch {
+	case IsCode(a.err, CodeDeliveryLeaseLost):
+		r.c.leaseLost.Add(1)
+		if p != nil {
+			delete(r.pending, a.proof.DeliveryID)
+		}
+		log.Info("orbit consumer: lease lost; the event will be delivered again")
+		return nil
+	case IsCode(a.err, CodeInvalidArgument):
+		if p != nil {
+			delete(r.pending, a.proof.DeliveryID)
+		}
+		log.Error("orbit consumer: acknowledgement refused", slog.String("error", a.err.Error()))
+		return nil
+	case sessionFatal(a.err):
+		return a.err
+	}
+	// The connection failed or closes: send the proof again on the next.
+	if p != nil && p.sentOn == a.conn {
+		p.sentOn = nil
+	}
+	if a.conn == r.conn {
+		r.lose(a.err)
+	}
+	return nil
+}
+
+// decodeAck decodes the ack that answers an event.ack.
+func decodeAck(f frame) (*AckResult, error) {
+	var res AckResult
+	if err := json.Unmarshal(f.Body, &res); err != nil {
+		return nil, fmt.Errorf("orbit events: invalid ack: %w", err)
+	}
+	return &res, nil
+}
+
+// ping sends events.ping, unless the previous one still waits for its
+// answer.
+func (r *consumerRun) ping() {
+	conn := r.conn
+	if conn.pinging {
+		return
+	}
+	reply, err := conn.ec.send(frameEventsPing, struct{}{}, r.writeDeadline())
+	if err != nil {
+		r.lose(err)
+		return
+	}
+	conn.pinging = true
+	r.goBackground(func() {
+		ctx, cancel := context.WithTimeout(conn.ctx, r.c.replyTimeout)
+		defer cancel()
+		f, err := reply.wait(ctx)
+		out := pingOutcome{conn: conn, err: err}
+		if err == nil {
+			var res PingResult
+			if out.err = json.Unmarshal(f.Body, &res); out.err == nil {
+				out.res = &res
+			}
+		}
+		post(r, r.pings, out)
+	})
+}
+
+// pinged takes the answer to a ping. A ping without an answer in time means
+// the connection is gone.
+func (r *consumerRun) pinged(p pingOutcome) error {
+	if p.conn != r.conn {
+		return nil
+	}
+	p.conn.pinging = false
+	if p.err != nil {
+		if sessionFatal(p.err) {
+			return p.err
+		}
+		r.lose(p.err)
+		return nil
+	}
+	if p.res.Enabled != p.conn.enabled {
+		p.conn.enabled = p.res.Enabled
+		r.log.Info("orbit consumer: subscription enabled changed", slog.Bool("enabled", p.res.Enabled))
+	}
+	return nil
+}
+
+// beginDrain stops handing out deliveries and cancels running handlers.
+func (r *consumerRun) beginDrain() {
+	r.draining = true
+	r.deadline = time.Now().Add(r.c.cfg.ShutdownTimeout)
+	r.log.Info("orbit consumer: shutting down", slog.Int("running", len(r.running)),
+		slog.Int("not_started", len(r.queued)), slog.Int("unanswered_acks", len(r.pending)))
+	for _, j := range r.queued {
+		j.cancel()
+	}
+	r.queued = nil
+	r.cancelHandlers()
+}
+
+// finish ends a shutdown: it closes the connection normally and waits for
+// the handlers.
+func (r *consumerRun) finish() {
+	r.stopConnecting()
+	if r.conn != nil {
+		r.conn.cancel()
+		r.conn.beat.Stop()
+		_ = r.conn.ec.Close()
+		r.conn = nil
+	}
+	r.handlers.Wait()
+	r.log.Info("orbit consumer: stopped")
+}
+
+// abort ends Run after a non-retryable error.
+func (r *consumerRun) abort(err error) {
+	r.log.Error("orbit consumer: stopping", slog.String("error", err.Error()),
+		slog.Int("running", len(r.running)), slog.Int("unanswered_acks", len(r.pending)))
+	r.cancelHandlers()
+	r.finish()
+}
+
+// stopConnecting abandons a connection attempt or a pending retry.
+func (r *consumerRun) stopConnecting() {
+	if r.retry != nil {
+		r.retry.Stop()
+		r.retry = nil
+	}
+	if r.connecting != nil {
+		r.cancelConnect()
+		if res := <-r.connecting; res.ec != nil {
+			_ = res.ec.Close()
+		}
+		r.connecting, r.cancelConnect = nil, nil
+	}
+}
