@@ -55,7 +55,8 @@ const (
 type Config struct {
 	// LeaseDuration is how long a delivery lease lasts (no extension in v1).
 	LeaseDuration time.Duration `yaml:"lease_duration"`
-	// HeartbeatInterval is how often consumers are told to send events.ping.
+	// HeartbeatInterval is how often consumers are told to send events.ping,
+	// and how often a connection re-checks its credential on its own.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 	// MaxConnections bounds the event connections of this node; more get 429
 	// CAPACITY_EXCEEDED with Retry-After: 1 before the upgrade.

@@ -83,13 +83,7 @@ func (m *Module) connect(w http.ResponseWriter, r *http.Request) {
 	if s == nil {
 		return
 	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), sessionCleanupTimeout)
-		defer cancel()
-		if err := subscriptions.EventSessionClose(ctx, m.subs.DB(), s.id); err != nil {
-			m.logger.Warn("close event session", "session_id", s.id, "err", err)
-		}
-	}()
+	defer m.closeSession(s.id)
 	dispatched := make(chan struct{})
 	go func() {
 		defer close(dispatched)
@@ -144,9 +138,14 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) *session {
 	if err != nil {
 		return fail(err)
 	}
-	id, err := subscriptions.EventSessionOpen(c.Context(), m.subs.DB(), &subscriptions.EventSessionOpenParams{
+	// Recording the session must not be cut short by the client going
+	// away: a cancelled INSERT may still commit, and a session nobody
+	// knows of would stay open for ever.
+	openCtx, cancel := context.WithTimeout(context.WithoutCancel(c.Context()), sessionCleanupTimeout)
+	id, err := subscriptions.EventSessionOpen(openCtx, m.subs.DB(), &subscriptions.EventSessionOpenParams{
 		SubscriptionID: sub.ID, CredentialID: c.Principal().CredentialID, Capacity: *body.Capacity,
 	})
+	cancel()
 	if err != nil {
 		m.logger.Warn("open event session", "err", err)
 		_ = c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "the session could not be recorded; reconnect"))
@@ -154,6 +153,7 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) *session {
 		return nil
 	}
 	if err := c.BindSession(id); err != nil {
+		m.closeSession(id)
 		return nil
 	}
 	welcome, err := wsx.NewFrame(typeWelcome, f.MessageID, welcomeBody{
@@ -164,9 +164,22 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) *session {
 		Enabled:             sub.Enabled,
 	})
 	if err != nil || c.Send(welcome) != nil {
+		// The connection ended before its welcome: the session never
+		// started, so it is closed at once.
+		m.closeSession(id)
 		return nil
 	}
 	return &session{m: m, c: c, id: id, subscription: sub, authHeader: authHeader, freed: make(chan struct{}, 1)}
+}
+
+// closeSession marks a recorded session closed, within its own bounded
+// context since the connection's has usually ended.
+func (m *Module) closeSession(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), sessionCleanupTimeout)
+	defer cancel()
+	if err := subscriptions.EventSessionClose(ctx, m.subs.DB(), id); err != nil {
+		m.logger.Warn("close event session", "session_id", id, "err", err)
+	}
 }
 
 // ownedSubscription returns the subscription if p owns it and holds a grant
@@ -204,12 +217,26 @@ func (s *session) handle(f *wsx.Frame) bool {
 // subscription's scope (E-14). A failed check answers with its error and
 // closes.
 func (s *session) ping(f *wsx.Frame) bool {
-	ctx := s.c.Context()
 	var body struct{}
 	if err := wsx.DecodeBody(f, &body); err != nil {
 		_ = s.c.SendError(f.MessageID, err)
 		return true
 	}
+	sub, err := s.recheck(s.c.Context())
+	if err != nil {
+		_ = s.c.SendError(f.MessageID, err)
+		s.c.Close(wsx.ClosePolicyViolation, "ping check failed")
+		return false
+	}
+	s.reply(f, pingReply{ServerTime: httpx.FormatTime(db.Now()), Enabled: sub.Enabled})
+	return true
+}
+
+// recheck authenticates the connection's credential again and checks that
+// it may still consume the subscription: not revoked, still holding
+// events:consume, still owning the subscription and its queue grant. A
+// failure is an *httpx.Error, UNAVAILABLE when the database failed.
+func (s *session) recheck(ctx context.Context) (*subscriptions.Subscription, error) {
 	p, err := s.m.auth.Authenticate(ctx, s.authHeader)
 	if err == nil && !p.Can(auth.PermEventsConsume) {
 		err = httpx.Errorf(httpx.CodePermissionDenied, "credential lacks permission %s", auth.PermEventsConsume)
@@ -223,11 +250,22 @@ func (s *session) ping(f *wsx.Frame) bool {
 		if !errors.As(err, &he) {
 			err = httpx.Errorf(httpx.CodeUnavailable, "temporarily unavailable; reconnect")
 		}
-		_ = s.c.SendError(f.MessageID, err)
-		s.c.Close(wsx.ClosePolicyViolation, "ping check failed")
+		return nil, err
+	}
+	return sub, nil
+}
+
+// allowed runs recheck for the dispatcher, so that a client that never
+// pings is still checked every heartbeat interval. A failure is reported
+// without reply_to and closes the connection; allowed then returns false.
+func (s *session) allowed(ctx context.Context) bool {
+	if _, err := s.recheck(ctx); err != nil {
+		if ctx.Err() == nil {
+			_ = s.c.SendError("", err)
+			s.c.Close(wsx.ClosePolicyViolation, "credential check failed")
+		}
 		return false
 	}
-	s.reply(f, pingReply{ServerTime: httpx.FormatTime(db.Now()), Enabled: sub.Enabled})
 	return true
 }
 
@@ -294,10 +332,22 @@ func (s *session) dispatch() {
 	ctx := s.c.Context()
 	ticker := time.NewTicker(s.m.cfg.PollInterval)
 	defer ticker.Stop()
+	// Pings re-check the credential, but the client decides when to
+	// ping; the dispatcher re-checks on its own every heartbeat interval
+	// before it claims more (E-14).
+	recheck := time.NewTicker(s.m.cfg.HeartbeatInterval)
+	defer recheck.Stop()
 	app := s.c.Principal().ApplicationID
 	failures := 0
 	materialize := true
 	for ctx.Err() == nil {
+		select {
+		case <-recheck.C:
+			if !s.allowed(ctx) {
+				return
+			}
+		default:
+		}
 		claimable := s.m.subs.Claimable.C()
 		leases, err := s.claim(ctx, app, materialize)
 		switch {
@@ -340,6 +390,10 @@ func (s *session) dispatch() {
 		case <-s.freed:
 		case <-ticker.C:
 			materialize = true
+		case <-recheck.C:
+			if !s.allowed(ctx) {
+				return
+			}
 		}
 	}
 }
