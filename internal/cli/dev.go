@@ -152,7 +152,9 @@ func ensureDevCredentials(ctx context.Context, cfg *config.Config, path string) 
 		return err
 	}
 	if f, err := admin.ReadCredentialsFile(path); err == nil {
-		if _, err := auth.NewAuthenticator(pool).Authenticate(ctx, "Bearer "+f.Token); err == nil {
+		// Keep a file whose token still works and whose URL is where this
+		// server listens; otherwise issue a new one.
+		if _, err := auth.NewAuthenticator(pool).Authenticate(ctx, "Bearer "+f.Token); err == nil && f.URL == cfg.Server.URL() {
 			return nil
 		}
 		if err := os.Remove(path); err != nil {
