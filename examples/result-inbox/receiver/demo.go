@@ -150,6 +150,12 @@ func Demo(ctx context.Context, cfg *Config, out io.Writer, logger *slog.Logger) 
 	if err != nil {
 		return fmt.Errorf("demo: read subscription: %w", err)
 	}
+	// Only a demo that succeeded pauses its subscription; a failed one keeps
+	// everything as it is for inspection.
+	if !dup || view.AppliedEvents != 1 || view.LastState != "CANCELLED" || acked != 1 || current.PendingCount != 0 {
+		fmt.Fprintf(out, "ack_confirmed=%d pending=%d subscription_enabled=%t\n", acked, current.PendingCount, current.Enabled)
+		return fmt.Errorf("demo: unexpected outcome; the task, subscription, delivery and business records are kept for inspection")
+	}
 	paused, err := client.ConfigureSubscription(ctx, sub.ID, "inbox-demo:pause:"+run, orbit.ConfigureSubscriptionRequest{
 		ExpectedRevision: current.Revision, Enabled: false, Reason: "result-inbox demo finished",
 	})
@@ -157,9 +163,6 @@ func Demo(ctx context.Context, cfg *Config, out io.Writer, logger *slog.Logger) 
 		return fmt.Errorf("demo: pause subscription: %w", err)
 	}
 	fmt.Fprintf(out, "ack_confirmed=%d pending=%d subscription_enabled=%t\n", acked, current.PendingCount, paused.Subscription.Enabled)
-	if !dup || view.AppliedEvents != 1 || view.LastState != "CANCELLED" || acked != 1 || current.PendingCount != 0 {
-		return fmt.Errorf("demo: unexpected outcome; the task, subscription, delivery and business records are kept for inspection")
-	}
 	return nil
 }
 

@@ -1,0 +1,82 @@
+package receiver
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	orbit "github.com/orbitrun/orbit/sdk/go"
+
+	resultinbox "github.com/orbitrun/orbit/examples/result-inbox"
+)
+
+// The commands' checks that come before any network or database work.
+
+// the CLI knows init, demo and consume and nothing else: there is no
+// fault switch.
+func TestR23_OnlyThreeCommands(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"", "help", "fault", "kill-after-commit", "INIT"} {
+		if err := Main(t.Context(), cmd, nil, nil); !errors.Is(err, ErrUsage) {
+			t.Errorf("Main(%q) = %v, want ErrUsage", cmd, err)
+		}
+	}
+}
+
+// a receiver name that is not 1-64 ASCII letters, digits, '.', '_' or
+// '-' starting with a letter or digit is refused by demo and consume before
+// they contact anything (their credentials here point nowhere).
+func TestR8_InvalidReceiverNameIsRefused(t *testing.T) {
+	t.Parallel()
+	creds := &orbit.Credentials{URL: "http://127.0.0.1:1", Token: "token", QueueID: "0123456789abcdef0123456789abcdef"}
+	for _, name := range []string{"-view", ".view", "view name", "vïew", strings.Repeat("a", 65), ""} {
+		cfg := &Config{Credentials: creds, ReceiverDSN: "r@tcp(127.0.0.1:1)/receiver_example", ReceiverName: name, SubscriptionID: "0123456789abcdef0123456789abcdef"}
+		if err := Consume(t.Context(), cfg, nil, nil); err == nil || !strings.Contains(err.Error(), EnvReceiverName) {
+			t.Errorf("consume with receiver name %q = %v, want it refused", name, err)
+		}
+		if err := Demo(t.Context(), cfg, nil, nil); err == nil || !strings.Contains(err.Error(), EnvReceiverName) {
+			t.Errorf("demo with receiver name %q = %v, want it refused", name, err)
+		}
+	}
+	for _, name := range []string{DefaultReceiverName, "a", "9orders", "Orders_View.v2-x", strings.Repeat("a", 64)} {
+		cfg := &Config{Credentials: creds, ReceiverName: name, SubscriptionID: "0123456789abcdef0123456789abcdef"}
+		err := Consume(t.Context(), cfg, nil, nil) // gets as far as the (closed) server
+		if err == nil || !strings.Contains(err.Error(), "consume: subscription") {
+			t.Errorf("consume refused the valid receiver name %q: %v", name, err)
+		}
+	}
+}
+
+// consume needs the id of an existing subscription.
+func TestR6_ConsumeNeedsASubscription(t *testing.T) {
+	t.Parallel()
+	cfg := &Config{ReceiverName: DefaultReceiverName}
+	if err := Consume(t.Context(), cfg, nil, nil); err == nil || !strings.Contains(err.Error(), "ORBIT_SUBSCRIPTION_ID is not set") {
+		t.Fatalf("consume without a subscription = %v", err)
+	}
+}
+
+// init's statements are schema.sql's two CREATE TABLE
+// statements, in order, with no foreign key, cascade or delete.
+func TestR2_InitRunsTheTwoCreateStatements(t *testing.T) {
+	t.Parallel()
+	stmts := Statements(resultinbox.Schema)
+	if len(stmts) != 2 || !strings.HasPrefix(stmts[0], "CREATE TABLE receiver_inbox (") ||
+		!strings.HasPrefix(stmts[1], "CREATE TABLE receiver_task_views (") {
+		t.Fatalf("schema statements: %q", stmts)
+	}
+	for _, s := range stmts {
+		if strings.HasSuffix(s, ";") {
+			t.Errorf("statement keeps its ';': %.40s…", s)
+		}
+		for _, banned := range []string{"FOREIGN KEY", "REFERENCES", "CASCADE", "DELETE", "DROP", "ALTER"} {
+			if strings.Contains(strings.ToUpper(s), banned) {
+				t.Errorf("schema statement contains %s", banned)
+			}
+		}
+	}
+	got := Statements("-- a comment; not a statement\n\nCREATE TABLE a (\n  x INT -- no\n);\n  -- another\nCREATE TABLE b (y INT);\n")
+	if len(got) != 2 || got[0] != "CREATE TABLE a (\n  x INT -- no\n)" || got[1] != "CREATE TABLE b (y INT)" {
+		t.Errorf("Statements split %q", got)
+	}
+}
