@@ -437,3 +437,89 @@ func (s *Store) ExpireLeases(ctx context.Context, batch int) ([]Event, error) {
 	}
 	return events, nil
 }
+
+// SessionAdopt moves to the session sessionID the leases a worker still
+// holds from an earlier connection (worker.hello with resume), so that the
+// session's pings renew them and they count against its capacity. It runs
+// in one transaction: the session row is locked, and each proof is checked
+// as a completion proof is (the attempt RUNNING, the secret compared in
+// constant time, the epoch, the task RUNNING under that attempt, the
+// attempt of the session's queue). A valid lease gets the session and a
+// lease_until of now + leaseDuration; an invalid one is skipped and keeps
+// answering TASK_LEASE_LOST. A repeated attempt is adopted once, and no
+// lease is adopted beyond the session's capacity. SessionAdopt returns the
+// attempt ids adopted, in the order of proofs; a closed session adopts
+// nothing. The proofs' QueueID is ignored: the session's queue applies.
+func (s *Store) SessionAdopt(ctx context.Context, sessionID string, proofs []Proof, leaseDuration time.Duration) ([]string, error) {
+	var adopted []string
+	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
+		adopted = nil
+		var queueID string
+		var capacity int
+		var closed sql.NullTime
+		err := tx.QueryRowContext(ctx, `SELECT queue_id, capacity, closed_at FROM worker_sessions WHERE id = ? FOR UPDATE`, sessionID).
+			Scan(&queueID, &capacity, &closed)
+		if err != nil {
+			return err
+		}
+		if closed.Valid {
+			return nil
+		}
+		var held int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM task_attempts WHERE session_id = ? AND state = 'RUNNING'`, sessionID).Scan(&held); err != nil {
+			return err
+		}
+		seen := make(map[string]bool, len(proofs))
+		for _, p := range proofs {
+			if held >= capacity {
+				break
+			}
+			if seen[p.AttemptID] {
+				continue
+			}
+			seen[p.AttemptID] = true
+			p.QueueID = queueID
+			ok, err := adoptable(ctx, tx, &p)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE task_attempts SET session_id = ?, lease_until = ? WHERE id = ?`,
+				sessionID, db.Now().Add(leaseDuration), p.AttemptID); err != nil {
+				return err
+			}
+			adopted = append(adopted, p.AttemptID)
+			held++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tasks: adopt leases: %w", err)
+	}
+	return adopted, nil
+}
+
+// adoptable locks the attempt and the task of p and reports whether p holds
+// the task's current, running lease, as Complete would accept it.
+func adoptable(ctx context.Context, tx *sql.Tx, p *Proof) (bool, error) {
+	a, err := attemptLock(ctx, tx, p)
+	if errors.Is(err, ErrLeaseLost) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if a.state != AttemptRunning {
+		return false, nil
+	}
+	t, err := taskLock(ctx, tx, p.TaskID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return t.State == StateRunning && t.CurrentAttemptID == p.AttemptID, nil
+}

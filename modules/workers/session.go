@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -30,10 +31,17 @@ const (
 // sessionCleanupTimeout bounds the database work after a connection ends.
 const sessionCleanupTimeout = 5 * time.Second
 
+// MaxResume is the largest number of lease proofs a worker.hello may carry
+// in resume, as many as the largest capacity.
+const MaxResume = MaxCapacity
+
 type helloBody struct {
 	QueueID    *string `json:"queue_id"`
 	Capacity   *int    `json:"capacity"`
 	WorkerName *string `json:"worker_name"`
+	// Resume holds the proofs of leases the worker still runs from an
+	// earlier connection; the session adopts those that are still valid.
+	Resume []proofBody `json:"resume"`
 }
 
 type welcomeBody struct {
@@ -43,6 +51,9 @@ type welcomeBody struct {
 	LeaseDurationMS     int64  `json:"lease_duration_ms"`
 	HeartbeatIntervalMS int64  `json:"heartbeat_interval_ms"`
 	ServerTime          string `json:"server_time"`
+	// Resumed lists the attempts of the hello's resume that the session
+	// adopted; never null.
+	Resumed []string `json:"resumed"`
 }
 
 type assignedTask struct {
@@ -186,18 +197,41 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) (*session, error) {
 			return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.worker_name must be a valid name of at most 128 characters"))
 		}
 	}
+	resume, err := resumeProofs(body.Resume, *body.Capacity, *body.QueueID)
+	if err != nil {
+		return fail(err)
+	}
 	p := c.Principal()
 	if !p.HasQueue(*body.QueueID) {
 		return fail(auth.ErrNotFound("queue"))
 	}
-	id, err := m.tasks.Store().SessionOpen(c.Context(), &tasks.SessionOpenParams{
+	unavailable := func(what string, err error) (*session, error) {
+		_ = c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "the session could not be recorded; reconnect"))
+		c.Close(wsx.CloseInternalError, "unavailable")
+		m.logger.Warn(what, "err", err)
+		return nil, nil
+	}
+	store := m.tasks.Store()
+	id, err := store.SessionOpen(c.Context(), &tasks.SessionOpenParams{
 		QueueID: *body.QueueID, CredentialID: p.CredentialID, WorkerName: name, Capacity: *body.Capacity,
 	})
 	if err != nil {
-		_ = c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "the session could not be recorded; reconnect"))
-		c.Close(wsx.CloseInternalError, "unavailable")
-		m.logger.Warn("open worker session", "err", err)
-		return nil, nil
+		return unavailable("open worker session", err)
+	}
+	// Leases the worker still runs move to this session before the welcome,
+	// so that its pings renew them and its dispatcher counts them.
+	resumed := []string{}
+	if len(resume) > 0 {
+		adopted, err := store.SessionAdopt(c.Context(), id, resume, m.cfg.LeaseDuration)
+		if err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), sessionCleanupTimeout)
+			defer cancel()
+			if cerr := store.SessionClose(ctx, id); cerr != nil {
+				m.logger.Warn("close worker session", "session_id", id, "err", cerr)
+			}
+			return unavailable("adopt resumed leases", err)
+		}
+		resumed = append(resumed, adopted...)
 	}
 	if err := c.BindSession(id); err != nil {
 		return nil, err
@@ -207,6 +241,7 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) (*session, error) {
 		LeaseDurationMS:     m.cfg.LeaseDuration.Milliseconds(),
 		HeartbeatIntervalMS: m.cfg.HeartbeatInterval.Milliseconds(),
 		ServerTime:          httpx.FormatTime(db.Now()),
+		Resumed:             resumed,
 	})
 	if err != nil {
 		return nil, err
@@ -272,21 +307,47 @@ func (s *session) ping(f *wsx.Frame) bool {
 
 // proof checks the lease proof of a complete or release body.
 func (s *session) proof(b *proofBody) (tasks.Proof, error) {
+	return checkProof(b, "body.", s.queueID)
+}
+
+// checkProof checks a lease proof whose members are at path (such as
+// "body." or "body.resume.0.") and binds it to queueID.
+func checkProof(b *proofBody, path, queueID string) (tasks.Proof, error) {
 	if err := httpx.Required(
-		httpx.Field{Path: "body.task_id", Present: b.TaskID != nil},
-		httpx.Field{Path: "body.attempt_id", Present: b.AttemptID != nil},
-		httpx.Field{Path: "body.epoch", Present: b.Epoch != nil},
-		httpx.Field{Path: "body.lease_secret", Present: b.LeaseSecret != nil},
+		httpx.Field{Path: path + "task_id", Present: b.TaskID != nil},
+		httpx.Field{Path: path + "attempt_id", Present: b.AttemptID != nil},
+		httpx.Field{Path: path + "epoch", Present: b.Epoch != nil},
+		httpx.Field{Path: path + "lease_secret", Present: b.LeaseSecret != nil},
 	); err != nil {
 		return tasks.Proof{}, err
 	}
 	if !httpx.ValidID(*b.TaskID) || !httpx.ValidID(*b.AttemptID) {
-		return tasks.Proof{}, httpx.Errorf(httpx.CodeInvalidArgument, "body.task_id and body.attempt_id must be 32 lowercase hex characters")
+		return tasks.Proof{}, httpx.Errorf(httpx.CodeInvalidArgument, "%stask_id and %sattempt_id must be 32 lowercase hex characters", path, path)
 	}
 	return tasks.Proof{
 		TaskID: *b.TaskID, AttemptID: *b.AttemptID, Epoch: uint64(*b.Epoch),
-		LeaseSecret: b.LeaseSecret.Encode(), QueueID: s.queueID,
+		LeaseSecret: b.LeaseSecret.Encode(), QueueID: queueID,
 	}, nil
+}
+
+// resumeProofs checks the resume of a hello: at most MaxResume proofs, no
+// more than the hello's capacity, each complete and well formed.
+func resumeProofs(resume []proofBody, capacity int, queueID string) ([]tasks.Proof, error) {
+	if len(resume) > MaxResume {
+		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "body.resume holds at most %d attempts", MaxResume)
+	}
+	if len(resume) > capacity {
+		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "body.resume holds more attempts than capacity")
+	}
+	out := make([]tasks.Proof, 0, len(resume))
+	for i := range resume {
+		p, err := checkProof(&resume[i], fmt.Sprintf("body.resume.%d.", i), queueID)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 func (s *session) complete(f *wsx.Frame) {

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -53,6 +55,8 @@ type connectResult struct {
 	err        error
 	fatal      bool
 	retryAfter time.Duration
+	resume     []proof  // the proofs the hello carried
+	resumed    []string // the attempts the welcome says were adopted
 }
 
 // runner is the state of one Run. Everything but the handlers runs in the
@@ -317,12 +321,51 @@ func (r *runner) removeReport(rep *report) {
 	}
 }
 
-// startConnect begins a connection attempt in the background.
+// startConnect begins a connection attempt in the background. Its hello
+// carries the proofs of the attempts whose handlers still run, so that the
+// new session adopts their leases and its pings renew them.
 func (r *runner) startConnect(ctx context.Context) {
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ch := make(chan connectResult, 1)
 	r.connecting, r.cancelConnect = ch, cancel
-	go func() { ch <- r.w.connect(cctx) }()
+	resume := r.runningProofs()
+	go func() { ch <- r.w.connect(cctx, resume) }()
+}
+
+// runningProofs returns the proofs of the attempts whose handlers run (and
+// so have not been completed or released), ordered by attempt id; nil when
+// none runs.
+func (r *runner) runningProofs() []proof {
+	if len(r.running) == 0 {
+		return nil
+	}
+	out := make([]proof, 0, len(r.running))
+	for _, j := range r.running {
+		out = append(out, j.proof())
+	}
+	slices.SortFunc(out, func(a, b proof) int { return strings.Compare(a.AttemptID, b.AttemptID) })
+	return out
+}
+
+// checkResumed logs what became of the leases a hello asked to resume.
+// A lease the session did not adopt is no longer renewed: it was recovered
+// by the server's lease rules, or will be when it expires, so the outcome
+// its handler reports will most likely be refused with TASK_LEASE_LOST.
+func (r *runner) checkResumed(res connectResult) {
+	adopted := make(map[string]bool, len(res.resumed))
+	for _, id := range res.resumed {
+		adopted[id] = true
+	}
+	for _, p := range res.resume {
+		j := r.running[p.AttemptID]
+		switch {
+		case adopted[p.AttemptID]:
+			r.log.Debug("orbit worker: lease resumed", slog.String("task_id", p.TaskID), slog.String("attempt_id", p.AttemptID))
+		case j != nil:
+			r.log.Warn("orbit worker: the server did not resume the lease of a running task; its outcome will likely be refused",
+				slog.String("task_id", p.TaskID), slog.String("attempt_id", p.AttemptID))
+		}
+	}
 }
 
 // connected takes the result of a connection attempt: it starts the
@@ -339,7 +382,9 @@ func (r *runner) connected(res connectResult) error {
 		return nil
 	}
 	r.sess = res.sess
-	r.log.Info("orbit worker: connected", slog.String("session_id", r.sess.id), slog.String("queue_id", r.w.cfg.QueueID))
+	r.log.Info("orbit worker: connected", slog.String("session_id", r.sess.id), slog.String("queue_id", r.w.cfg.QueueID),
+		slog.Int("resumed", len(res.resumed)))
+	r.checkResumed(res)
 	for _, rep := range r.reports {
 		if r.sess == nil {
 			break

@@ -87,7 +87,8 @@ type AssignedTask struct {
 	// Epoch is the lease's epoch.
 	Epoch uint64
 	// LeaseUntil is when the lease ended as of the assignment; the worker's
-	// heartbeat renews it while the connection lasts.
+	// heartbeat renews it while the connection lasts, and after a reconnect
+	// once the new session has resumed it.
 	LeaseUntil time.Time
 	// Cancelled is closed when the server asks to cancel the task.
 	Cancelled <-chan struct{}
@@ -195,7 +196,11 @@ func NewWorker(cfg WorkerConfig, handler TaskHandler) (*Worker, error) {
 // Run connects to the server and works until ctx is cancelled, then shuts
 // down gracefully and returns nil. It reconnects with backoff after any
 // connection loss, sends worker.ping every heartbeat interval, runs up to
-// Capacity handlers at once and reports their outcomes. An outcome whose
+// Capacity handlers at once and reports their outcomes. After a reconnect,
+// the hello asks the server to resume the leases of the handlers still
+// running, so that the new session's heartbeat renews them and they count
+// against its capacity; a lease the server no longer holds for this worker
+// is logged, and its outcome will most likely be refused. An outcome whose
 // acknowledgement was lost is sent again, with the same lease proof, after
 // reconnecting, until the server acknowledges it or answers
 // TASK_LEASE_LOST.

@@ -93,6 +93,10 @@ type helloBody struct {
 	QueueID    string `json:"queue_id"`
 	Capacity   int    `json:"capacity"`
 	WorkerName string `json:"worker_name,omitempty"`
+	// Resume holds the proofs of the leases whose handlers still run from
+	// an earlier connection, so that the new session adopts them; omitted
+	// when there are none.
+	Resume []proof `json:"resume,omitempty"`
 }
 
 type welcomeBody struct {
@@ -102,6 +106,9 @@ type welcomeBody struct {
 	LeaseDurationMS     int64     `json:"lease_duration_ms"`
 	HeartbeatIntervalMS int64     `json:"heartbeat_interval_ms"`
 	ServerTime          time.Time `json:"server_time"`
+	// Resumed lists the attempts of the hello's resume that the session
+	// adopted. A server without resume support omits it.
+	Resumed []string `json:"resumed"`
 }
 
 type assignBody struct {
@@ -456,9 +463,10 @@ func handshakeFatal(err error) bool {
 	return isFatal(e.Code) || e.Code == CodeInvalidArgument
 }
 
-// connect dials, says hello and waits for the welcome.
-func (w *Worker) connect(ctx context.Context) connectResult {
-	hello, err := newFrame(frameHello, "", helloBody{QueueID: w.cfg.QueueID, Capacity: w.cfg.Capacity, WorkerName: w.cfg.WorkerName})
+// connect dials, says hello with the proofs of resume (the leases still
+// running from an earlier connection) and waits for the welcome.
+func (w *Worker) connect(ctx context.Context, resume []proof) connectResult {
+	hello, err := newFrame(frameHello, "", helloBody{QueueID: w.cfg.QueueID, Capacity: w.cfg.Capacity, WorkerName: w.cfg.WorkerName, Resume: resume})
 	if err != nil {
 		return connectResult{err: fmt.Errorf("orbit worker: %w", err)}
 	}
@@ -480,5 +488,5 @@ func (w *Worker) connect(ctx context.Context) connectResult {
 	}
 	s := newSession(ws, welcome)
 	go s.read()
-	return connectResult{sess: s}
+	return connectResult{sess: s, resume: resume, resumed: welcome.Resumed}
 }
