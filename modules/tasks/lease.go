@@ -78,6 +78,22 @@ func (s *Store) SessionClose(ctx context.Context, sessionID string) error {
 	return nil
 }
 
+// sessionLock locks a worker session's row in tx and returns its queue, its
+// capacity and the leases it holds; open is false for a closed session.
+// Capacity checks count against this locked row, so they hold across nodes.
+func sessionLock(ctx context.Context, tx *sql.Tx, sessionID string) (queueID string, capacity, held int, open bool, err error) {
+	var closed sql.NullTime
+	err = tx.QueryRowContext(ctx, `SELECT queue_id, capacity, closed_at FROM worker_sessions WHERE id = ? FOR UPDATE`, sessionID).
+		Scan(&queueID, &capacity, &closed)
+	if err != nil || closed.Valid {
+		return "", 0, 0, false, err
+	}
+	if err = tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM task_attempts WHERE session_id = ? AND state = 'RUNNING'`, sessionID).Scan(&held); err != nil {
+		return "", 0, 0, false, err
+	}
+	return queueID, capacity, held, true, nil
+}
+
 // Lease assigns up to the session's free capacity of PENDING tasks of its
 // queue (T-4). Capacity is checked against the session row, locked in the
 // same transaction, so it holds across nodes; SKIP LOCKED lets many sessions
@@ -88,19 +104,8 @@ func (s *Store) Lease(ctx context.Context, sessionID string, leaseDuration time.
 	var out []Assignment
 	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
 		out = nil
-		var queueID string
-		var capacity int
-		var closed sql.NullTime
-		err := tx.QueryRowContext(ctx, `SELECT queue_id, capacity, closed_at FROM worker_sessions WHERE id = ? FOR UPDATE`, sessionID).
-			Scan(&queueID, &capacity, &closed)
-		if err != nil {
-			return err
-		}
-		if closed.Valid {
-			return nil
-		}
-		var held int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM task_attempts WHERE session_id = ? AND state = 'RUNNING'`, sessionID).Scan(&held); err != nil {
+		queueID, capacity, held, open, err := sessionLock(ctx, tx, sessionID)
+		if err != nil || !open {
 			return err
 		}
 		free := capacity - held
@@ -454,19 +459,8 @@ func (s *Store) SessionAdopt(ctx context.Context, sessionID string, proofs []Pro
 	var adopted []string
 	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
 		adopted = nil
-		var queueID string
-		var capacity int
-		var closed sql.NullTime
-		err := tx.QueryRowContext(ctx, `SELECT queue_id, capacity, closed_at FROM worker_sessions WHERE id = ? FOR UPDATE`, sessionID).
-			Scan(&queueID, &capacity, &closed)
-		if err != nil {
-			return err
-		}
-		if closed.Valid {
-			return nil
-		}
-		var held int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM task_attempts WHERE session_id = ? AND state = 'RUNNING'`, sessionID).Scan(&held); err != nil {
+		queueID, capacity, held, open, err := sessionLock(ctx, tx, sessionID)
+		if err != nil || !open {
 			return err
 		}
 		seen := make(map[string]bool, len(proofs))
