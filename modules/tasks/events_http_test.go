@@ -12,11 +12,11 @@ import (
 	"github.com/orbitrun/orbit/modules/tasks"
 )
 
-// TestT10_EventShape drives tasks of one queue through every kind of
+// TestT8_T10_EveryChangeLoggedInTheEventShape drives tasks of one queue through every kind of
 // result and requeue and checks the log: one event per change in sequence
 // order (T-8, T-9), each in the seed's event shape with an immutable
 // snapshot and details that never carry the input (T-10).
-func TestT10_EventShape(t *testing.T) {
+func TestT8_T10_EveryChangeLoggedInTheEventShape(t *testing.T) {
 	t.Parallel()
 	e := startServer(t)
 	c := e.cred(t, "events")
