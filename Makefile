@@ -53,7 +53,7 @@ race: db-server
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) test -race -count=1 ./...); done
 
 bench: db-server
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+	$(GO) run ./bench -out docs/benchmarks.md
 
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi

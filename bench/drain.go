@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/modules/tasks"
+	orbit "github.com/orbitrun/orbit/sdk/go"
+)
+
+// Settings of the backlog drain.
+const (
+	drainConsumers  = 4
+	drainMaxPending = 1000
+	prefillTx       = 500 // results appended per prefill transaction
+	prefillWorkers  = 3
+)
+
+// drainResult is the backlog drain: results already in the log, delivered
+// to and acknowledged by consumers of one subscription.
+type drainResult struct {
+	Events       int
+	Prefill      time.Duration
+	PrefillRate  float64
+	Elapsed      time.Duration
+	Rate         float64
+	Cost         cost
+	Stats        orbit.ConsumerStats
+	AckedInDB    int
+	RSS, PeakRSS int64
+	Profile      string // path of the CPU profile
+	ProfileTop   string // `go tool pprof -top` of it
+	DBSamples    string // statements found running and waiting in the database
+	// PerSecond is the number of acknowledgements confirmed in each second
+	// of the drain.
+	PerSecond []int
+}
+
+// prefill appends n task.cancelled results to the queue's log through the
+// tasks store (TaskInsert, then TaskCancel, which appends), prefillTx per
+// transaction.
+func prefill(ctx context.Context, e *env, queue string, n int) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, prefillWorkers)
+	for range prefillWorkers {
+		wg.Go(func() {
+			for {
+				start := int(next.Add(prefillTx)) - prefillTx
+				if start >= n || ctx.Err() != nil {
+					return
+				}
+				count := min(prefillTx, n-start)
+				err := db.Tx(ctx, e.pool, func(tx *sql.Tx) error {
+					ids := make([]string, 0, count)
+					for i := range count {
+						t, err := tasks.TaskInsert(ctx, tx, &tasks.TaskInsertParams{
+							NamespaceID: e.cred.NamespaceID, QueueID: e.cred.Queues[queue], CredentialID: e.cred.ID,
+							Input: fmt.Appendf(nil, `{"i":%d}`, start+i), MaxAttempts: 3,
+						})
+						if err != nil {
+							return err
+						}
+						ids = append(ids, t.ID)
+					}
+					for _, id := range ids {
+						if _, _, err := tasks.TaskCancel(ctx, tx, id, "bench prefill"); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					errs <- fmt.Errorf("prefill: %w", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	s, err := tasks.StreamGet(ctx, e.pool, e.cred.Queues[queue])
+	if err != nil {
+		return err
+	}
+	if s.Head != uint64(n) {
+		return fmt.Errorf("prefill: log head is %d, want %d", s.Head, n)
+	}
+	return nil
+}
+
+// runDrain fills the drain queue's log with n results, then measures how
+// fast drainConsumers consumers of one new subscription (from sequence 0)
+// receive and acknowledge them all, under a CPU profile.
+func runDrain(ctx context.Context, e *env, n int, timeout time.Duration) (*drainResult, error) {
+	res := &drainResult{Events: n}
+	start := time.Now()
+	if err := prefill(ctx, e, "drain", n); err != nil {
+		return nil, err
+	}
+	res.Prefill = time.Since(start)
+	res.PrefillRate = float64(n) / res.Prefill.Seconds()
+
+	client, hc, err := e.newClient(4)
+	if err != nil {
+		return nil, err
+	}
+	defer hc.CloseIdleConnections()
+
+	res.Profile = filepath.Join(e.dir, "drain.cpu.pprof")
+	f, err := os.Create(res.Profile)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	runtime.GC()
+	before, err := e.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return nil, err
+	}
+	profiling := true
+	defer func() {
+		if profiling {
+			pprof.StopCPUProfile()
+		}
+	}()
+	sampler := e.startSampler(ctx, 20*time.Millisecond)
+	defer sampler.stop()
+	zero := uint64(0)
+	began := time.Now()
+	sub, err := e.subscribe(ctx, client, "drain", "drain", &zero, drainMaxPending)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := e.startConsumers(ctx, []string{sub}, drainConsumers, func(context.Context, *orbit.Delivery) error { return nil })
+	if err != nil {
+		return nil, err
+	}
+	defer cs.stop()
+
+	// Sample the acknowledgements once a second while waiting.
+	sampleDone := make(chan struct{})
+	var samples []int
+	go func() {
+		defer close(sampleDone)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		last := uint64(0)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				a := cs.acked()
+				samples = append(samples, int(a-last))
+				last = a
+				if a >= uint64(n) {
+					return
+				}
+			}
+		}
+	}()
+	if err := cs.waitAcked(ctx, uint64(n), timeout); err != nil {
+		return nil, fmt.Errorf("drain: %w", err)
+	}
+	res.Elapsed = time.Since(began)
+	pprof.StopCPUProfile()
+	profiling = false
+	res.DBSamples = sampler.finish(10)
+	after, err := e.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	<-sampleDone
+	res.PerSecond = samples
+	res.Cost = before.to(after)
+	res.Rate = float64(n) / res.Elapsed.Seconds()
+	res.RSS, res.PeakRSS = rss()
+	res.Stats = cs.stats()
+	if err := e.pool.QueryRowContext(ctx, `SELECT COUNT(*) FROM event_deliveries WHERE subscription_id = ? AND state = 'ACKED'`, sub).Scan(&res.AckedInDB); err != nil {
+		return nil, err
+	}
+	if res.AckedInDB != n {
+		return nil, fmt.Errorf("drain: %d deliveries ACKED in the database, want %d", res.AckedInDB, n)
+	}
+	if err := cs.stop(); err != nil {
+		return nil, fmt.Errorf("drain consumers: %w", err)
+	}
+	res.ProfileTop = pprofTop(ctx, res.Profile)
+	return res, nil
+}
+
+// pprofTop returns the top functions of a CPU profile by flat and by
+// cumulative time, as `go tool pprof -top` prints them, or why it could not.
+func pprofTop(ctx context.Context, path string) string {
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goBin); err != nil {
+		goBin = "go"
+	}
+	var b strings.Builder
+	for _, mode := range []string{"-flat", "-cum"} {
+		cmd := exec.CommandContext(ctx, goBin, "tool", "pprof", "-top", mode, "-nodecount=18", path)
+		out, err := cmd.Output()
+		if err != nil {
+			return fmt.Sprintf("(go tool pprof failed: %v)", err)
+		}
+		// Keep the table, drop the header lines about the file.
+		lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+		for i, l := range lines {
+			if strings.Contains(l, "flat%") {
+				lines = lines[max(i-1, 0):]
+				break
+			}
+		}
+		fmt.Fprintf(&b, "sorted by %s:\n%s\n\n", strings.TrimPrefix(mode, "-"), strings.Join(lines, "\n"))
+	}
+	return strings.TrimRight(b.String(), "\n")
+}

@@ -1,0 +1,179 @@
+// Command bench runs Orbit's benchmarks side by side against a throwaway
+// durable database server and prints one table (spec 07, § Benchmarks):
+// the server's raw single-row commit ceiling, Orbit draining a backlog and
+// delivering live results, commit→receive latency at fixed offered loads,
+// memory with 128 connected consumers, and Watermill SQL on the same
+// server. It writes the same table into docs/benchmarks.md.
+//
+//	make bench    # or: go run ./bench [-out docs/benchmarks.md]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	out          string
+	timeout      time.Duration
+	drainEvents  int
+	liveTasks    int
+	peerMessages int
+	rawDur       time.Duration
+	latencyDur   time.Duration
+	peerCap      time.Duration
+	fixedRate    float64
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "Markdown file whose marked section receives the results; empty writes nothing")
+	flag.DurationVar(&o.timeout, "timeout", 9*time.Minute, "bound on the whole run")
+	flag.IntVar(&o.drainEvents, "drain-events", 50000, "results in the log before the backlog drain")
+	flag.IntVar(&o.liveTasks, "live-tasks", 8000, "tasks submitted, completed and delivered in the live row")
+	flag.IntVar(&liveWorkersPerQueue, "live-workers", 1, "SDK workers per queue in the live row")
+	flag.IntVar(&o.peerMessages, "peer-messages", 0, "messages Watermill publishes and consumes (0: same as -drain-events)")
+	flag.DurationVar(&o.rawDur, "raw-duration", 5*time.Second, "duration of each raw commit row")
+	flag.DurationVar(&o.latencyDur, "latency-duration", 10*time.Second, "duration of each fixed-load row")
+	flag.DurationVar(&o.peerCap, "peer-cap", 30*time.Second, "longest a Watermill consumption row may run; the rate is then over what it consumed")
+	flag.Float64Var(&o.fixedRate, "fixed-rate", 1000, "offered results per second of the fixed-load row")
+	flag.Parse()
+	if o.peerMessages == 0 {
+		o.peerMessages = o.drainEvents
+	}
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	if err := run(ctx, log, o); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (the run is bounded by -timeout %s)", err, o.timeout)
+		}
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// results holds every row of the run.
+type results struct {
+	started  time.Time
+	total    time.Duration
+	settings serverSettings
+	opts     options
+	raw      []rawResult
+	drain    *drainResult
+	rss      *rssResult
+	live     *liveResult
+	latency  []latencyResult
+	peerPub  *peerPublish
+	peer     []*peerResult
+
+	loadStart, loadEnd string
+	runCost            cost // from the server's start to the last row
+}
+
+func run(ctx context.Context, log *slog.Logger, o options) error {
+	r := &results{started: time.Now(), opts: o}
+	step := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "[%5.1fs] %s\n", time.Since(r.started).Seconds(), fmt.Sprintf(format, args...))
+	}
+
+	step("starting a durable database server and the Orbit server")
+	e, err := startEnv(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		step("stopping")
+		e.close()
+	}()
+	r.settings = e.settings
+	r.loadStart = loadAverage()
+	first, err := e.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	step("%s, innodb_flush_log_at_trx_commit=%s, sync_binlog=%s, log_bin=%s, %d cores",
+		e.settings.Version, e.settings.FlushLogAtTrxCommit, e.settings.SyncBinlog, e.settings.LogBin, e.settings.Cores)
+
+	step("raw commit ceiling: 1, 8 and 32 connections, %s each", o.rawDur)
+	if r.raw, err = runRaw(ctx, e, []int{1, 8, 32}, o.rawDur); err != nil {
+		return err
+	}
+	for _, x := range r.raw {
+		step("%s", x.summary())
+	}
+
+	step("backlog drain: appending %d results, then draining them with %d consumers", o.drainEvents, drainConsumers)
+	if r.drain, err = runDrain(ctx, e, o.drainEvents, 4*time.Minute); err != nil {
+		return err
+	}
+	step("%s", r.drain.summary())
+
+	step("memory: %d idle consumers", idleConnections)
+	if r.rss, err = runRSS(ctx, e); err != nil {
+		return err
+	}
+	step("%s", r.rss.summary())
+
+	step("live: %d tasks over %d queues", o.liveTasks, liveQueues)
+	if r.live, err = runLive(ctx, e, o.liveTasks, 3*time.Minute); err != nil {
+		return err
+	}
+	step("%s", r.live.summary())
+
+	levels := []loadLevel{{Label: "fixed", Rate: o.fixedRate}}
+	for _, p := range []float64{25, 50, 90} {
+		levels = append(levels, loadLevel{Label: fmt.Sprintf("%.0f %% of live peak", p), Rate: max(1, r.live.Rate*p/100)})
+	}
+	step("latency at fixed offered loads, %s each", o.latencyDur)
+	if r.latency, err = runLatency(ctx, e, levels, o.latencyDur, func(x latencyResult) { step("%s", x.summary()) }); err != nil {
+		return err
+	}
+
+	step("Watermill SQL: publishing %d messages", o.peerMessages)
+	p, err := newPeer(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	if r.peerPub, err = p.publish(ctx, o.peerMessages); err != nil {
+		return err
+	}
+	step("%s", r.peerPub.summary())
+	for _, batch := range []int{1, 100} {
+		step("Watermill SQL: consuming them with batch %d (at most %s)", batch, o.peerCap)
+		c, err := p.consume(ctx, batch, o.peerMessages, o.peerCap)
+		if err != nil {
+			return fmt.Errorf("watermill batch %d: %w", batch, err)
+		}
+		r.peer = append(r.peer, c)
+		step("%s", c.summary())
+	}
+	r.total = time.Since(r.started)
+	r.loadEnd = loadAverage()
+	last, err := e.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	r.runCost = first.to(last)
+
+	table := r.table()
+	fmt.Println(table)
+	if o.out != "" {
+		if err := writeDoc(o.out, r.markdown(table)); err != nil {
+			return err
+		}
+		step("wrote %s", o.out)
+	}
+	return nil
+}
