@@ -16,6 +16,7 @@ import (
 
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/orbitproc"
 	"github.com/orbitrun/orbit/internal/testdb"
 	"github.com/orbitrun/orbit/internal/wake"
 	"github.com/orbitrun/orbit/modules/admin"
@@ -178,18 +179,18 @@ func TestServerKilledMidLeaseLosesNothing(t *testing.T) {
 		capacity = 4
 	)
 	dir := t.TempDir()
-	bin := buildOrbit(t, dir)
+	bin := orbitproc.Build(t, dir, raceEnabled)
 	dsn := testdb.NewDSN(t)
 	pool := openDB(t, dsn)
 	queueID, token := newCredential(t, pool)
-	params := serveParams{bin: bin, dir: dir, addr: freeAddr(t), dsn: dsn, env: []string{
+	params := orbitproc.Serve{Bin: bin, Dir: dir, Addr: orbitproc.FreeAddr(t), DSN: dsn, Env: []string{
 		"ORBIT_WORKERS_LEASE_DURATION=2s",
 		"ORBIT_WORKERS_HEARTBEAT_INTERVAL=500ms",
 		"ORBIT_TASKS_SWEEP_INTERVAL=200ms",
 		"ORBIT_LOG_LEVEL=debug",
 	}}
-	first := startOrbit(t, params)
-	px := startProxy(t, params.addr)
+	first := orbitproc.Start(t, params)
+	px := startProxy(t, params.Addr)
 
 	// Tasks whose i is a multiple of 10 block: task 0 until gateFirst is
 	// closed, the others until gateRest is closed.
@@ -234,7 +235,7 @@ func TestServerKilledMidLeaseLosesNothing(t *testing.T) {
 		Logger:          slog.New(wlog),
 	}, handler)
 
-	client, err := orbit.NewClient("http://"+params.addr, token, orbit.WithHTTPClient(newHTTPClient(t, 1)))
+	client, err := orbit.NewClient("http://"+params.Addr, token, orbit.WithHTTPClient(newHTTPClient(t, 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,20 +284,20 @@ func TestServerKilledMidLeaseLosesNothing(t *testing.T) {
 		return taskState(t, pool, ids[0]) == orbit.TaskStateSucceeded && taskState(t, pool, ids[31]) != orbit.TaskStatePending
 	}, states)
 
-	first.kill(t)
+	first.Kill(t)
 	// The blocked handlers finish while the server is down; their outcomes
 	// wait in the worker until it reconnects.
 	close(gateRest)
-	second := startOrbit(t, params)
+	second := orbitproc.Start(t, params)
 
 	eventually(t, 2*time.Minute, "every task SUCCEEDED", func() bool {
 		return stateCounts(t, pool, queueID)[orbit.TaskStateSucceeded] == total
 	}, states)
 	wlog.waitDeduplicated(t, ids[0], 30*time.Second)
 	ws.stop(t)
-	second.stop(t)
-	first.checkNoRace(t)
-	second.checkNoRace(t)
+	second.Stop(t)
+	first.CheckNoRace(t)
+	second.CheckNoRace(t)
 
 	checkSucceededOnce(t, pool, queueID, total)
 	attempts := attemptCounts(t, pool, queueID)

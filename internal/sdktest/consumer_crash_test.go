@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/orbitproc"
 	"github.com/orbitrun/orbit/internal/testdb"
 	"github.com/orbitrun/orbit/modules/admin"
 	orbit "github.com/orbitrun/orbit/sdk/go"
@@ -29,7 +30,7 @@ func TestE16_ServerKilledConsumerRecovers(t *testing.T) {
 		capacity = 4
 	)
 	dir := t.TempDir()
-	bin := buildOrbit(t, dir)
+	bin := orbitproc.Build(t, dir, raceDetector)
 	dsn := testdb.NewDSN(t)
 	pool, err := db.Open(context.Background(), dsn)
 	if err != nil {
@@ -49,14 +50,14 @@ func TestE16_ServerKilledConsumerRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	serve := orbitServe{bin: bin, dir: dir, addr: freeAddr(t), dsn: dsn, env: []string{
+	serve := orbitproc.Serve{Bin: bin, Dir: dir, Addr: orbitproc.FreeAddr(t), DSN: dsn, Env: []string{
 		"ORBIT_EVENTS_LEASE_DURATION=2s",
 		"ORBIT_EVENTS_POLL_INTERVAL=100ms",
 		"ORBIT_SUBSCRIPTIONS_RECOVER_INTERVAL=200ms",
 		"ORBIT_SUBSCRIPTIONS_MATERIALIZE_INTERVAL=100ms",
 	}}
-	first := serve.start(t)
-	baseURL := "http://" + serve.addr
+	first := orbitproc.Start(t, serve)
+	baseURL := "http://" + serve.Addr
 	hc := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
 	t.Cleanup(hc.CloseIdleConnections)
 	client, err := orbit.NewClient(baseURL, token, orbit.WithHTTPClient(hc))
@@ -105,9 +106,9 @@ func TestE16_ServerKilledConsumerRecovers(t *testing.T) {
 		t.Fatalf("%d deliveries LEASED before the kill, want %d", leased, capacity)
 	}
 
-	first.kill(t)
+	first.Kill(t)
 	close(release) // the held events are stored now, but no server hears their ACKs
-	serve.start(t)
+	orbitproc.Start(t, serve)
 
 	waitUntil(t, 2*time.Minute, "every delivery ACKED", func() bool { return countAcked(t, pool, subID) == total },
 		func() string {

@@ -1,6 +1,8 @@
 //go:build linux
 
-package acceptance_test
+// Package orbitproc runs the orbit binary as a child process for tests that
+// need a real server process: one they can SIGKILL and start again.
+package orbitproc
 
 import (
 	"bytes"
@@ -32,18 +34,15 @@ const (
 	readyLine = "orbit listening on "
 )
 
-// buildOrbit builds ./cmd/orbit of this repository (two directories up from
-// the test's directory) into dir and returns the binary's path. With the race
-// detector on, the binary is built with it too.
-func buildOrbit(t testing.TB, dir string) string {
+// Build builds ./cmd/orbit of this repository (found by walking up from the
+// test's directory) into dir and returns the binary's path; with race, the
+// binary is built with the race detector.
+func Build(t testing.TB, dir string, race bool) string {
 	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repoRoot(t)
 	bin := filepath.Join(dir, "orbit")
 	args := []string{"build", "-o", bin}
-	if raceEnabled {
+	if race {
 		args = append(args, "-race")
 	}
 	args = append(args, "./cmd/orbit")
@@ -58,9 +57,9 @@ func buildOrbit(t testing.TB, dir string) string {
 	return bin
 }
 
-// freeAddr returns a loopback address with a port that was free a moment
+// FreeAddr returns a loopback address with a port that was free a moment
 // ago.
-func freeAddr(t testing.TB) string {
+func FreeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -71,52 +70,54 @@ func freeAddr(t testing.TB) string {
 	return addr
 }
 
-// orbitProcess is one `orbit serve` child process.
-type orbitProcess struct {
+// Process is one `orbit serve` child process.
+type Process struct {
 	cmd    *exec.Cmd
 	output *readyWriter // standard output and standard error
 	done   chan struct{}
 	err    error // what Wait returned; set before done is closed
 }
 
-// serveParams describe an orbit serve process.
-type serveParams struct {
-	bin, dir, addr, dsn string
-	// env holds ORBIT_* settings besides the DSN.
-	env []string
+// Serve describes an orbit serve process.
+type Serve struct {
+	// Bin is the binary from Build; Dir its working directory; Addr the
+	// listen address (FreeAddr); DSN the platform database.
+	Bin, Dir, Addr, DSN string
+	// Env holds ORBIT_* settings besides the DSN.
+	Env []string
 }
 
-// startOrbit runs `orbit serve --listen addr` in dir with the DSN and
-// settings of p and returns once it listens. The process is killed when the
+// Start runs `orbit serve --listen Addr` in Dir with the DSN and settings
+// of p and returns once it listens. The process is killed when the
 // test process dies (Pdeathsig) and, unless it has exited, when the test
 // ends; its output is logged if the test failed.
-func startOrbit(t testing.TB, p serveParams) *orbitProcess {
+func Start(t testing.TB, p Serve) *Process {
 	t.Helper()
-	cmd := exec.Command(p.bin, "serve", "--listen", p.addr)
-	cmd.Dir = p.dir
+	cmd := exec.Command(p.Bin, "serve", "--listen", p.Addr)
+	cmd.Dir = p.Dir
 	// A developer's own ORBIT_* settings must not reach the server.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, config.EnvPrefix) {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, "ORBIT_MYSQL_DSN="+p.dsn)
-	cmd.Env = append(cmd.Env, p.env...)
+	cmd.Env = append(cmd.Env, "ORBIT_MYSQL_DSN="+p.DSN)
+	cmd.Env = append(cmd.Env, p.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out := &readyWriter{ready: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start orbit serve: %v", err)
 	}
-	proc := &orbitProcess{cmd: cmd, output: out, done: make(chan struct{})}
+	proc := &Process{cmd: cmd, output: out, done: make(chan struct{})}
 	go func() {
 		proc.err = cmd.Wait()
 		close(proc.done)
 	}()
 	t.Cleanup(func() {
-		proc.kill(t)
+		proc.Kill(t)
 		if t.Failed() {
-			t.Logf("orbit serve on %s (pid %d):\n%s", p.addr, cmd.Process.Pid, out)
+			t.Logf("orbit serve on %s (pid %d):\n%s", p.Addr, cmd.Process.Pid, out)
 		}
 	})
 	timer := time.NewTimer(readyTimeout)
@@ -132,9 +133,9 @@ func startOrbit(t testing.TB, p serveParams) *orbitProcess {
 	return nil
 }
 
-// kill sends SIGKILL and waits for the process to be gone. It does nothing
+// Kill sends SIGKILL and waits for the process to be gone. It does nothing
 // to a process that has already exited.
-func (p *orbitProcess) kill(t testing.TB) {
+func (p *Process) Kill(t testing.TB) {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -147,9 +148,9 @@ func (p *orbitProcess) kill(t testing.TB) {
 	p.wait(t)
 }
 
-// stop sends SIGTERM, waits for the process to exit and fails the test
+// Stop sends SIGTERM, waits for the process to exit and fails the test
 // unless it exited with status 0.
-func (p *orbitProcess) stop(t testing.TB) {
+func (p *Process) Stop(t testing.TB) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("stop orbit serve: %v", err)
@@ -160,7 +161,7 @@ func (p *orbitProcess) stop(t testing.TB) {
 	}
 }
 
-func (p *orbitProcess) wait(t testing.TB) {
+func (p *Process) wait(t testing.TB) {
 	t.Helper()
 	timer := time.NewTimer(exitTimeout)
 	defer timer.Stop()
@@ -171,11 +172,34 @@ func (p *orbitProcess) wait(t testing.TB) {
 	}
 }
 
-// checkNoRace fails the test if the process reported a data race.
-func (p *orbitProcess) checkNoRace(t testing.TB) {
+// CheckNoRace fails the test if the process reported a data race.
+func (p *Process) CheckNoRace(t testing.TB) {
 	t.Helper()
 	if strings.Contains(p.output.String(), "WARNING: DATA RACE") {
 		t.Errorf("orbit serve reported a data race")
+	}
+}
+
+// Output returns what the process has written so far.
+func (p *Process) Output() string { return p.output.String() }
+
+// repoRoot finds the repository root: the nearest directory above the
+// working directory that holds cmd/orbit.
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "cmd", "orbit", "main.go")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("orbitproc: no cmd/orbit above the working directory")
+		}
+		dir = parent
 	}
 }
 
