@@ -116,11 +116,17 @@ func TestE6_ControlTrafficNotBehindClaims(t *testing.T) {
 	if r := c.acked(t, d.proof()); r.Deduplicated {
 		t.Fatalf("first ACK: %+v", r)
 	}
-	eventually(t, "a claim waiting for the locked rows", func() bool {
-		return e.count(t, `SELECT COUNT(*) FROM information_schema.INNODB_TRX t
-			JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
-			WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()`) > 0
-	})
+	// The server refreshes information_schema.INNODB_TRX only when nobody
+	// read it for 100 ms, so this poll waits longer than that between reads.
+	deadline := time.Now().Add(bound)
+	for e.count(t, `SELECT COUNT(*) FROM information_schema.INNODB_TRX t
+		JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
+		WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()`) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a claim waiting for the locked rows: not within %s", bound)
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
 
 	// Meanwhile control traffic is answered at once.
 	for range 3 {
