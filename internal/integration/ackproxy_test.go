@@ -3,13 +3,13 @@ package integration_test
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"sync"
 	"testing"
+
+	"github.com/orbitrun/orbit/internal/wstest"
 )
 
 // ackDropper forwards TCP connections to an Orbit server and reads the
@@ -99,7 +99,7 @@ func (p *ackDropper) upstream(client, server net.Conn) {
 		return
 	}
 	for {
-		raw, payload, err := readWSFrame(r)
+		raw, payload, err := wstest.ReadWireFrame(r)
 		if err != nil {
 			return
 		}
@@ -169,55 +169,4 @@ func readHead(r *bufio.Reader) ([]byte, error) {
 			return head, nil
 		}
 	}
-}
-
-// readWSFrame reads one WebSocket frame (RFC 6455 §5.2) and returns its
-// bytes as they travelled and its payload, unmasked.
-func readWSFrame(r *bufio.Reader) (raw, payload []byte, err error) {
-	head := make([]byte, 2, 14)
-	if _, err := io.ReadFull(r, head); err != nil {
-		return nil, nil, err
-	}
-	masked := head[1]&0x80 != 0
-	n := uint64(head[1] & 0x7f)
-	switch n {
-	case 126:
-		ext := make([]byte, 2)
-		if _, err := io.ReadFull(r, ext); err != nil {
-			return nil, nil, err
-		}
-		head = append(head, ext...)
-		n = uint64(binary.BigEndian.Uint16(ext))
-	case 127:
-		ext := make([]byte, 8)
-		if _, err := io.ReadFull(r, ext); err != nil {
-			return nil, nil, err
-		}
-		head = append(head, ext...)
-		n = binary.BigEndian.Uint64(ext)
-	}
-	if n > 1<<20 {
-		return nil, nil, errors.New("ackDropper: frame too large")
-	}
-	var key []byte
-	if masked {
-		key = make([]byte, 4)
-		if _, err := io.ReadFull(r, key); err != nil {
-			return nil, nil, err
-		}
-		head = append(head, key...)
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return nil, nil, err
-	}
-	raw = append(head, body...)
-	payload = body
-	if masked {
-		payload = make([]byte, n)
-		for i := range body {
-			payload[i] = body[i] ^ key[i%4]
-		}
-	}
-	return raw, payload, nil
 }
