@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/batch"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/wsx"
 	"github.com/orbitrun/orbit/modules"
@@ -90,6 +91,7 @@ type Module struct {
 	auth   *auth.Authenticator
 	entry  *wsx.Entry
 	pool   *ClaimPool
+	acks   *batch.Batcher[*ackRequest]
 	logger *slog.Logger
 
 	handlers sync.WaitGroup
@@ -164,6 +166,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.subs, m.tasks = s, t
 	m.auth = auth.NewAuthenticator(env.DB)
 	m.logger = env.Logger.With("module", "events")
+	m.acks = newAckBatcher(env.DB, s.MaterializeSoon)
 	m.pool = NewClaimPool(m.cfg.ClaimsInFlight, m.cfg.ClaimsPerApp, m.cfg.ClaimsQueued, m.cfg.ClaimsPerRound)
 	entry, err := wsx.NewEntry(wsx.Config{
 		Subprotocol:   Subprotocol,
@@ -205,6 +208,9 @@ func (m *Module) Stop(ctx context.Context) error {
 		if err == nil {
 			err = fmt.Errorf("events: stop: %w", ctx.Err())
 		}
+	}
+	if werr := m.acks.Wait(ctx); werr != nil && err == nil {
+		err = fmt.Errorf("events: stop: ACKs still being recorded: %w", werr)
 	}
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/orbitrun/orbit/internal/auth"
@@ -66,6 +67,10 @@ type session struct {
 	authHeader   string
 	// freed is signalled after an ACK, so the dispatcher claims again.
 	freed chan struct{}
+	// ackSlots bounds the ACKs waiting for their commit; acks counts them
+	// so that the connection's handler ends after their answers.
+	ackSlots chan struct{}
+	acks     sync.WaitGroup
 }
 
 // connect serves one event connection: hello, welcome, then requests until
@@ -84,6 +89,7 @@ func (m *Module) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer m.closeSession(s.id)
+	defer s.acks.Wait()
 	dispatched := make(chan struct{})
 	go func() {
 		defer close(dispatched)
@@ -169,7 +175,10 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) *session {
 		m.closeSession(id)
 		return nil
 	}
-	return &session{m: m, c: c, id: id, subscription: sub, authHeader: authHeader, freed: make(chan struct{}, 1)}
+	return &session{
+		m: m, c: c, id: id, subscription: sub, authHeader: authHeader,
+		freed: make(chan struct{}, 1), ackSlots: make(chan struct{}, acksPerConnection),
+	}
 }
 
 // closeSession marks a recorded session closed, within its own bounded
@@ -269,10 +278,8 @@ func (s *session) allowed(ctx context.Context) bool {
 	return true
 }
 
-// ack records event.ack (E-9 … E-11). A superseded or wrong proof gets
-// DELIVERY_LEASE_LOST and the connection stays open; a database failure
-// gets UNAVAILABLE and the connection closes, so the client re-sends its
-// proofs on a new one.
+// ack checks event.ack and hands it to the node's ACK batcher (E-9 …
+// E-11); acked answers it once its batch committed.
 func (s *session) ack(f *wsx.Frame) bool {
 	var body ackBody
 	if err := wsx.DecodeBody(f, &body); err != nil {
@@ -291,19 +298,42 @@ func (s *session) ack(f *wsx.Frame) bool {
 		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeInvalidArgument, "body.delivery_id must be 32 lowercase hex characters"))
 		return true
 	}
-	res, err := subscriptions.Ack(s.c.Context(), s.m.subs.DB(), &subscriptions.AckParams{
-		SubscriptionID: s.subscription.ID, DeliveryID: *body.DeliveryID, Epoch: uint64(*body.Epoch),
-		Secret: body.LeaseSecret.Encode(), SessionID: s.id,
+	// The request loop goes on while the ACK waits for its batch's commit;
+	// the reply follows that commit. A connection has at most
+	// acksPerConnection ACKs waiting.
+	select {
+	case s.ackSlots <- struct{}{}:
+	case <-s.c.Context().Done():
+		return false
+	}
+	s.acks.Add(1)
+	s.m.acks.Submit(&ackRequest{
+		params: subscriptions.AckParams{
+			SubscriptionID: s.subscription.ID, DeliveryID: *body.DeliveryID, Epoch: uint64(*body.Epoch),
+			Secret: body.LeaseSecret.Encode(), SessionID: s.id,
+		},
+		done: func(res subscriptions.AckResult, err error) {
+			defer s.acks.Done()
+			defer func() { <-s.ackSlots }()
+			s.acked(f, res, err)
+		},
 	})
+	return true
+}
+
+// acked answers one event.ack after its batch: DELIVERY_LEASE_LOST keeps
+// the connection; a database failure gets UNAVAILABLE and closes it, so
+// the client re-sends its proofs on a new one.
+func (s *session) acked(f *wsx.Frame, res subscriptions.AckResult, err error) {
 	switch {
 	case errors.Is(err, subscriptions.ErrLeaseLost):
 		_ = s.c.SendError(f.MessageID, err)
-		return true
+		return
 	case err != nil:
 		s.c.Logger().Warn("ack", "session_id", s.id, "err", err)
 		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "the ACK could not be recorded; reconnect and send it again"))
 		s.c.Close(wsx.CloseInternalError, "unavailable")
-		return false
+		return
 	}
 	if !res.Deduplicated {
 		select {
@@ -312,7 +342,6 @@ func (s *session) ack(f *wsx.Frame) bool {
 		}
 	}
 	s.reply(f, res)
-	return true
 }
 
 func (s *session) reply(f *wsx.Frame, body any) {

@@ -5,8 +5,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"database/sql"
-	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -142,7 +142,7 @@ type Lease struct {
 type ClaimParams struct {
 	SessionID     string
 	LeaseDuration time.Duration
-	// RecoverBatch bounds the expired leases recovered first.
+	// RecoverBatch bounds the expired leases a claim recovers.
 	RecoverBatch int
 }
 
@@ -150,8 +150,9 @@ type ClaimParams struct {
 // session's free capacity (E-4, E-7, E-8). Capacity is counted against the
 // session row locked in the same transaction, so it holds across nodes;
 // SKIP LOCKED lets many connections claim from one subscription without
-// ever leasing a delivery twice. Expired leases of the subscription are
-// recovered first. The leases are committed before Claim returns, so the
+// ever leasing a delivery twice. When PENDING deliveries do not fill the
+// free capacity, expired leases of the subscription are recovered and
+// leased in the same transaction. The leases are committed before Claim returns, so the
 // caller sends event.deliver only for persisted leases. A paused
 // subscription, or a closed session, gets nothing.
 func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
@@ -178,39 +179,52 @@ func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
 			return nil
 		}
 		now := db.Now()
-		if _, err := recoverLeases(ctx, tx, subscriptionID, p.RecoverBatch, now); err != nil {
-			return err
-		}
 		var held int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM event_deliveries WHERE lease_session_id = ? AND state = 'LEASED'`, p.SessionID).Scan(&held); err != nil {
 			return err
 		}
 		free := capacity - held
 		if free <= 0 {
-			return nil
+			// A full connection leases nothing, but its claim still
+			// recovers expired leases for the others.
+			_, err := recoverLeases(ctx, tx, subscriptionID, p.RecoverBatch, now)
+			return err
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM event_deliveries
-			WHERE subscription_id = ? AND state = 'PENDING' AND available_at <= ?
-			ORDER BY sequence LIMIT ? FOR UPDATE SKIP LOCKED`, subscriptionID, now, free)
+		picked, err := pickPending(ctx, tx, subscriptionID, now, free)
 		if err != nil {
 			return err
 		}
-		var picked []*Delivery
-		for rows.Next() {
-			d, err := scanDelivery(rows)
+		// Expired leases are recovered here only when PENDING deliveries
+		// do not fill the free capacity: with a backlog, the background
+		// sweeper recovers them (S-22) and they are claimed in sequence
+		// order among the others; without one, this claim re-leases them
+		// at once.
+		if len(picked) < free {
+			recovered, err := recoverLeases(ctx, tx, subscriptionID, p.RecoverBatch, now)
 			if err != nil {
-				rows.Close()
 				return err
 			}
-			picked = append(picked, d)
+			if recovered > 0 {
+				more, err := pickPending(ctx, tx, subscriptionID, now, free-len(picked))
+				if err != nil {
+					return err
+				}
+				picked = append(picked, more...)
+			}
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
+		if len(picked) == 0 {
+			return nil
 		}
+		// One statement leases every picked delivery; each gets its own
+		// secret, so only the digest differs per row.
 		until := now.Add(p.LeaseDuration)
-		for _, d := range picked {
+		secrets := make([]string, len(picked))
+		digests := make([]any, 0, 2*len(picked))
+		ids := make([]any, 0, len(picked))
+		sequences := make([]uint64, 0, len(picked))
+		for i, d := range picked {
 			secret, digest := auth.NewLeaseSecret()
+			secrets[i] = secret
 			d.State = StateLeased
 			d.Revision++
 			d.LeaseEpoch++
@@ -218,16 +232,28 @@ func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
 			d.LeaseUntil = &until
 			d.LeaseDigest = digest[:]
 			d.LeaseSession = p.SessionID
-			if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'LEASED', revision = ?, lease_epoch = ?,
-				attempts = ?, lease_until = ?, lease_secret_digest = ?, lease_session_id = ? WHERE id = ?`,
-				d.Revision, d.LeaseEpoch, d.Attempts, until, d.LeaseDigest, p.SessionID, d.ID); err != nil {
-				return err
+			digests = append(digests, d.ID, d.LeaseDigest)
+			ids = append(ids, d.ID)
+			sequences = append(sequences, d.Sequence)
+		}
+		args := append([]any{until, p.SessionID}, digests...)
+		args = append(args, ids...)
+		if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'LEASED', revision = revision + 1,
+			lease_epoch = lease_epoch + 1, attempts = attempts + 1, lease_until = ?, lease_session_id = ?,
+			lease_secret_digest = CASE id`+strings.Repeat(" WHEN ? THEN ?", len(picked))+` END
+			WHERE id IN (`+placeholders(len(picked))+`)`, args...); err != nil {
+			return err
+		}
+		events, err := tasks.EventsBySequence(ctx, tx, queueID, sequences)
+		if err != nil {
+			return err
+		}
+		for i, d := range picked {
+			ev, ok := events[d.Sequence]
+			if !ok || ev.ID != d.EventID {
+				return fmt.Errorf("event %s of delivery %s: %w", d.EventID, d.ID, sql.ErrNoRows)
 			}
-			ev, err := tasks.EventGet(ctx, tx, queueID, d.EventID)
-			if err != nil {
-				return fmt.Errorf("event %s of delivery %s: %w", d.EventID, d.ID, err)
-			}
-			out = append(out, Lease{Delivery: d, Event: ev, Secret: secret})
+			out = append(out, Lease{Delivery: d, Event: ev, Secret: secrets[i]})
 		}
 		return nil
 	})
@@ -235,6 +261,27 @@ func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
 		return nil, fmt.Errorf("subscriptions: claim: %w", err)
 	}
 	return out, nil
+}
+
+// pickPending locks up to limit PENDING deliveries of a subscription that
+// are available now, in sequence order, skipping those other claims hold.
+func pickPending(ctx context.Context, tx *sql.Tx, subscriptionID string, now time.Time, limit int) ([]*Delivery, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM event_deliveries
+		WHERE subscription_id = ? AND state = 'PENDING' AND available_at <= ?
+		ORDER BY sequence LIMIT ? FOR UPDATE SKIP LOCKED`, subscriptionID, now, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var picked []*Delivery
+	for rows.Next() {
+		d, err := scanDelivery(rows)
+		if err != nil {
+			return nil, err
+		}
+		picked = append(picked, d)
+	}
+	return picked, rows.Err()
 }
 
 // AckParams are one event.ack.
@@ -255,49 +302,117 @@ type AckResult struct {
 	Deduplicated   bool         `json:"deduplicated"`
 }
 
-// Ack acknowledges a delivery with its latest proof (E-9 … E-11): the first
-// time it becomes ACKED, leaving the backlog, with one audit record; the same
-// proof again returns the original acknowledged_at with Deduplicated and
-// changes nothing; a superseded or wrong proof is ErrLeaseLost.
+// Ack acknowledges one delivery; see AckBatch.
 func Ack(ctx context.Context, pool *sql.DB, p *AckParams) (AckResult, error) {
-	var res AckResult
-	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
-		d, err := scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM event_deliveries
-			WHERE id = ? AND subscription_id = ? FOR UPDATE`, p.DeliveryID, p.SubscriptionID))
-		if errors.Is(err, sql.ErrNoRows) {
-			return ErrLeaseLost
+	outcomes, err := AckBatch(ctx, pool, []*AckParams{p})
+	if err != nil {
+		return AckResult{}, err
+	}
+	return outcomes[0].Result, outcomes[0].Err
+}
+
+// AckOutcome answers one ACK of a batch: its result, or ErrLeaseLost.
+type AckOutcome struct {
+	Result AckResult
+	Err    error
+}
+
+// AckBatch acknowledges deliveries with their latest proofs (E-9 … E-11),
+// all in one transaction, so that ACKs arriving together share one commit
+// (group commit); nothing is answered before that commit. Each ACK is
+// judged on its own: the first time a proof matches, the delivery becomes
+// ACKED, leaving the backlog, with one audit record; the same proof again,
+// in this batch or later, returns the original acknowledged_at with
+// Deduplicated and changes nothing; a superseded or wrong proof is
+// ErrLeaseLost in its outcome. An error means nothing was recorded.
+func AckBatch(ctx context.Context, pool *sql.DB, acks []*AckParams) ([]AckOutcome, error) {
+	ids := make([]string, 0, len(acks))
+	seen := make(map[string]bool, len(acks))
+	for _, p := range acks {
+		if !seen[p.DeliveryID] {
+			seen[p.DeliveryID] = true
+			ids = append(ids, p.DeliveryID)
 		}
+	}
+	// Rows are locked in primary-key order, the same in every batch.
+	slices.Sort(ids)
+	var outcomes []AckOutcome
+	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
+		outcomes = make([]AckOutcome, len(acks))
+		args := make([]any, len(ids))
+		for i, id := range ids {
+			args[i] = id
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM event_deliveries
+			WHERE id IN (`+placeholders(len(ids))+`) ORDER BY id FOR UPDATE`, args...)
 		if err != nil {
 			return err
 		}
-		digest := sha256.Sum256([]byte(p.Secret))
-		matches := len(d.LeaseDigest) == len(digest) && subtle.ConstantTimeCompare(d.LeaseDigest, digest[:]) == 1
-		if !matches || d.LeaseEpoch == 0 || d.LeaseEpoch != p.Epoch {
-			return ErrLeaseLost
+		byID := make(map[string]*Delivery, len(ids))
+		for rows.Next() {
+			d, err := scanDelivery(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			byID[d.ID] = d
 		}
-		res = AckResult{DeliveryID: d.ID, EventID: d.EventID, Epoch: httpx.Uint64(d.LeaseEpoch)}
-		if d.State == StateAcked {
-			res.AcknowledgedAt = httpx.FormatTime(*d.AcknowledgedAt)
-			res.Deduplicated = true
-			return nil
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
 		}
 		now := db.Now()
+		var acked []*Delivery
+		var sessions []string
+		for i, p := range acks {
+			d := byID[p.DeliveryID]
+			if d == nil || d.SubscriptionID != p.SubscriptionID || !proofHolds(d, p) {
+				outcomes[i].Err = ErrLeaseLost
+				continue
+			}
+			res := AckResult{DeliveryID: d.ID, EventID: d.EventID, Epoch: httpx.Uint64(d.LeaseEpoch)}
+			if d.State == StateAcked {
+				res.AcknowledgedAt = httpx.FormatTime(*d.AcknowledgedAt)
+				res.Deduplicated = true
+			} else {
+				d.State = StateAcked
+				d.AcknowledgedAt = &now
+				res.AcknowledgedAt = httpx.FormatTime(now)
+				acked = append(acked, d)
+				sessions = append(sessions, p.SessionID)
+			}
+			outcomes[i].Result = res
+		}
+		if len(acked) == 0 {
+			return nil
+		}
+		ackedIDs := make([]any, 0, len(acked))
+		values := make([]string, 0, len(acked))
+		audit := make([]any, 0, 5*len(acked))
+		for i, d := range acked {
+			ackedIDs = append(ackedIDs, d.ID)
+			values = append(values, "(?, ?, ?, ?, ?)")
+			audit = append(audit, d.ID, d.SubscriptionID, d.LeaseEpoch, sessions[i], now)
+		}
 		if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'ACKED', revision = revision + 1,
-			acknowledged_at = ?, lease_until = NULL WHERE id = ?`, now, d.ID); err != nil {
+			acknowledged_at = ?, lease_until = NULL WHERE id IN (`+placeholders(len(acked))+`)`,
+			append([]any{now}, ackedIDs...)...); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO delivery_acks (delivery_id, subscription_id, epoch, session_id, acknowledged_at)
-			VALUES (?, ?, ?, ?, ?)`, d.ID, d.SubscriptionID, d.LeaseEpoch, p.SessionID, now); err != nil {
-			return err
-		}
-		res.AcknowledgedAt = httpx.FormatTime(now)
-		return nil
+		_, err = tx.ExecContext(ctx, `INSERT INTO delivery_acks (delivery_id, subscription_id, epoch, session_id, acknowledged_at)
+			VALUES `+strings.Join(values, ", "), audit...)
+		return err
 	})
 	if err != nil {
-		if errors.Is(err, ErrLeaseLost) {
-			return AckResult{}, ErrLeaseLost
-		}
-		return AckResult{}, fmt.Errorf("subscriptions: ack: %w", err)
+		return nil, fmt.Errorf("subscriptions: ack: %w", err)
 	}
-	return res, nil
+	return outcomes, nil
+}
+
+// proofHolds reports whether an ACK's epoch and secret are the delivery's
+// latest lease, comparing the secret's digest in constant time.
+func proofHolds(d *Delivery, p *AckParams) bool {
+	digest := sha256.Sum256([]byte(p.Secret))
+	matches := len(d.LeaseDigest) == len(digest) && subtle.ConstantTimeCompare(d.LeaseDigest, digest[:]) == 1
+	return matches && d.LeaseEpoch != 0 && d.LeaseEpoch == p.Epoch
 }

@@ -119,6 +119,10 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 // DB returns the platform database, for the events module.
 func (m *Module) DB() *sql.DB { return m.db }
 
+// MaterializeSoon wakes the background materialiser, for instance after
+// ACKs made room in backlogs that were full.
+func (m *Module) MaterializeSoon() { m.wake.Notify() }
+
 // Settings returns the module's configuration.
 func (m *Module) Settings() Config { return m.cfg }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/orbitrun/orbit/internal/db"
@@ -110,6 +111,38 @@ func EventListAfter(ctx context.Context, q Querier, queueID string, after uint64
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("tasks: list events: %w", err)
+	}
+	return out, nil
+}
+
+// EventsBySequence returns the events of a queue at the given sequences,
+// keyed by sequence, in one statement; purged sequences are absent.
+func EventsBySequence(ctx context.Context, q Querier, queueID string, sequences []uint64) (map[uint64]Event, error) {
+	out := make(map[uint64]Event, len(sequences))
+	if len(sequences) == 0 {
+		return out, nil
+	}
+	args := make([]any, 0, len(sequences)+1)
+	args = append(args, queueID)
+	for _, seq := range sequences {
+		args = append(args, seq)
+	}
+	rows, err := q.QueryContext(ctx, `
+		SELECT id, sequence, type, task_id, task_revision, occurred_at, details, snapshot
+		FROM result_events WHERE queue_id = ? AND sequence IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(sequences)), ", ")+`)`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: get events: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		ev, err := scanEvent(rows)
+		if err != nil {
+			return nil, err
+		}
+		out[uint64(ev.Sequence)] = ev
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("tasks: get events: %w", err)
 	}
 	return out, nil
 }

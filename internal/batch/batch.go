@@ -1,0 +1,75 @@
+// Package batch gathers requests that arrive together into batches, so that
+// a server can record many of them in one database transaction (group
+// commit) while each caller still gets its own answer after that commit.
+package batch
+
+import (
+	"context"
+	"sync"
+)
+
+// Batcher hands queued requests to run, at most max at a time, from at
+// most flushers goroutines at once. While those run, new requests queue up
+// and form the next batch, so the batch size follows the load: one request
+// alone is run at once, a burst shares one run. Flusher goroutines exist
+// only while requests wait.
+type Batcher[R any] struct {
+	run           func([]R)
+	flushers, max int
+
+	mu       sync.Mutex
+	queue    []R
+	flushing int
+	running  sync.WaitGroup
+}
+
+// New returns a Batcher that calls run with batches of 1 to max requests
+// from up to flushers goroutines. run must answer every request it is
+// given.
+func New[R any](flushers, max int, run func([]R)) *Batcher[R] {
+	return &Batcher[R]{run: run, flushers: flushers, max: max}
+}
+
+// Submit queues r; it never blocks on run.
+func (b *Batcher[R]) Submit(r R) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.queue = append(b.queue, r)
+	if b.flushing < b.flushers {
+		b.flushing++
+		b.running.Add(1)
+		go b.flush()
+	}
+}
+
+// flush runs queued requests batch by batch until none wait.
+func (b *Batcher[R]) flush() {
+	defer b.running.Done()
+	for {
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.flushing--
+			b.mu.Unlock()
+			return
+		}
+		n := min(len(b.queue), b.max)
+		next := make([]R, n)
+		copy(next, b.queue)
+		clear(b.queue[:n])
+		b.queue = b.queue[n:]
+		b.mu.Unlock()
+		b.run(next)
+	}
+}
+
+// Wait returns once no request waits or runs, or with ctx's error.
+func (b *Batcher[R]) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { b.running.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
