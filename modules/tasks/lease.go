@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/orbitrun/orbit/internal/auth"
@@ -220,54 +222,127 @@ type CompleteReply struct {
 	Deduplicated bool         `json:"deduplicated"`
 }
 
-// Complete applies a worker's outcome (T-5, T-7): idempotent by the proof; a
-// proof that is not the task's current lease gets ErrLeaseLost and changes
-// nothing. A lease whose time ran out may still complete until the sweeper
-// has expired it.
+// Complete applies one worker's outcome; see CompleteBatch.
 func (s *Store) Complete(ctx context.Context, p *CompleteParams) (CompleteReply, *Event, error) {
-	var (
-		reply CompleteReply
-		event *Event
-	)
-	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
-		event = nil
-		a, err := attemptLock(ctx, tx, &p.Proof)
-		if err != nil {
-			return err
-		}
-		if a.state == AttemptCompleted && a.reply.Valid {
-			if err := json.Unmarshal([]byte(a.reply.String), &reply); err != nil {
-				return fmt.Errorf("tasks: stored reply: %w", err)
-			}
-			reply.Deduplicated = true
-			return nil
-		}
-		if a.state != AttemptRunning {
-			return ErrLeaseLost
-		}
-		t, err := taskLock(ctx, tx, p.TaskID)
-		if err != nil {
-			return err
-		}
-		if t.State != StateRunning || t.CurrentAttemptID != p.AttemptID {
-			return ErrLeaseLost
-		}
-		if event, err = s.applyOutcome(ctx, tx, t, p); err != nil {
-			return err
-		}
-		reply = CompleteReply{TaskID: t.ID, AttemptID: p.AttemptID, Outcome: p.Outcome, State: t.State, Revision: httpx.Uint64(t.Revision)}
-		stored, err := json.Marshal(reply)
-		if err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE task_attempts SET state = 'COMPLETED', outcome = ?, reply = ?, ended_at = ? WHERE id = ?`,
-			p.Outcome, string(stored), db.Now(), p.AttemptID)
-		return err
-	})
+	outcomes, err := s.CompleteBatch(ctx, []*CompleteParams{p})
+	if err == nil {
+		err = outcomes[0].Err
+	}
 	if err != nil {
 		return CompleteReply{}, nil, fmt.Errorf("tasks: complete: %w", err)
 	}
-	return reply, event, nil
+	return outcomes[0].Reply, outcomes[0].Event, nil
+}
+
+// CompleteOutcome answers one completion of a batch: the reply and the
+// event it appended (nil when deduplicated), or its own error.
+type CompleteOutcome struct {
+	Reply CompleteReply
+	Event *Event
+	Err   error
+}
+
+// CompleteBatch applies workers' outcomes (T-5, T-7) in one transaction, so
+// that completions arriving together share one commit and one hold of each
+// queue's log head. Each completion is judged on its own: idempotent by the
+// proof (a repeat, in this batch or later, gets the original reply with
+// Deduplicated); a proof that is not the task's current lease gets
+// ErrLeaseLost in its outcome and changes nothing. A lease whose time ran
+// out may still complete until the sweeper has expired it. An error means
+// nothing was applied.
+//
+// Attempts and tasks are locked first, in task order, and the log heads
+// after, in queue order, so concurrent batches never wait on each other in
+// a cycle.
+func (s *Store) CompleteBatch(ctx context.Context, completions []*CompleteParams) ([]CompleteOutcome, error) {
+	order := make([]int, len(completions))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return strings.Compare(completions[a].TaskID, completions[b].TaskID)
+	})
+	var outcomes []CompleteOutcome
+	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
+		outcomes = make([]CompleteOutcome, len(completions))
+		type locked struct {
+			i int
+			t *Task
+		}
+		var apply []locked
+		first := map[string]int{} // attempt id → the completion that applies it
+		var repeats []int
+		for _, i := range order {
+			p := completions[i]
+			if _, ok := first[p.AttemptID]; ok {
+				repeats = append(repeats, i)
+				continue
+			}
+			if !validOutcome(p.Outcome) {
+				outcomes[i].Err = errInvalidOutcome
+				continue
+			}
+			a, err := attemptLock(ctx, tx, &p.Proof)
+			if errors.Is(err, ErrLeaseLost) {
+				outcomes[i].Err = err
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if a.state == AttemptCompleted && a.reply.Valid {
+				if err := json.Unmarshal([]byte(a.reply.String), &outcomes[i].Reply); err != nil {
+					return fmt.Errorf("tasks: stored reply: %w", err)
+				}
+				outcomes[i].Reply.Deduplicated = true
+				continue
+			}
+			if a.state != AttemptRunning {
+				outcomes[i].Err = ErrLeaseLost
+				continue
+			}
+			t, err := taskLock(ctx, tx, p.TaskID)
+			if err != nil {
+				return err
+			}
+			if t.State != StateRunning || t.CurrentAttemptID != p.AttemptID {
+				outcomes[i].Err = ErrLeaseLost
+				continue
+			}
+			first[p.AttemptID] = i
+			apply = append(apply, locked{i: i, t: t})
+		}
+		slices.SortStableFunc(apply, func(a, b locked) int { return strings.Compare(a.t.QueueID, b.t.QueueID) })
+		now := db.Now()
+		for _, l := range apply {
+			p, t := completions[l.i], l.t
+			ev, err := s.applyOutcome(ctx, tx, t, p)
+			if err != nil {
+				return err
+			}
+			reply := CompleteReply{TaskID: t.ID, AttemptID: p.AttemptID, Outcome: p.Outcome, State: t.State, Revision: httpx.Uint64(t.Revision)}
+			stored, err := json.Marshal(reply)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE task_attempts SET state = 'COMPLETED', outcome = ?, reply = ?, ended_at = ? WHERE id = ?`,
+				p.Outcome, string(stored), now, p.AttemptID); err != nil {
+				return err
+			}
+			outcomes[l.i] = CompleteOutcome{Reply: reply, Event: ev}
+		}
+		// A repeat of a proof within the batch is answered like a repeat
+		// after it: the original reply, deduplicated.
+		for _, i := range repeats {
+			outcomes[i] = CompleteOutcome{Reply: outcomes[first[completions[i].AttemptID]].Reply}
+			outcomes[i].Reply.Deduplicated = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return outcomes, nil
 }
 
 func (s *Store) applyOutcome(ctx context.Context, tx *sql.Tx, t *Task, p *CompleteParams) (*Event, error) {
@@ -293,7 +368,17 @@ func (s *Store) applyOutcome(ctx context.Context, tx *sql.Tx, t *Task, p *Comple
 		}
 		return transition(ctx, tx, t, StateCancelled, EventCancelled, Details{Reason: reason})
 	}
-	return nil, httpx.Errorf(httpx.CodeInvalidArgument, "outcome must be succeeded, failed, needs_review or cancelled")
+	return nil, errInvalidOutcome
+}
+
+var errInvalidOutcome = httpx.Errorf(httpx.CodeInvalidArgument, "outcome must be succeeded, failed, needs_review or cancelled")
+
+func validOutcome(o string) bool {
+	switch o {
+	case OutcomeSucceeded, OutcomeFailed, OutcomeNeedsReview, OutcomeCancelled:
+		return true
+	}
+	return false
 }
 
 // Release returns a task whose effect never started to PENDING (the attempt

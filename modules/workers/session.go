@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -118,6 +119,10 @@ type session struct {
 	// freed is signalled when a lease of this session ends, so the
 	// dispatcher can lease again at once.
 	freed chan struct{}
+	// completeSlots bounds the completions waiting for their commit;
+	// completions counts them so that the handler ends after their answers.
+	completeSlots chan struct{}
+	completions   sync.WaitGroup
 }
 
 // connect serves one worker connection: hello, welcome, then requests until
@@ -141,6 +146,7 @@ func (m *Module) connect(w http.ResponseWriter, r *http.Request) {
 			m.logger.Warn("close worker session", "session_id", s.id, "err", err)
 		}
 	}()
+	defer s.completions.Wait()
 	dispatched := make(chan struct{})
 	go func() {
 		defer close(dispatched)
@@ -249,7 +255,8 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) (*session, error) {
 	if err := c.Send(welcome); err != nil {
 		return nil, err
 	}
-	return &session{m: m, c: c, id: id, queueID: *body.QueueID, authHeader: authHeader, freed: make(chan struct{}, 1)}, nil
+	return &session{m: m, c: c, id: id, queueID: *body.QueueID, authHeader: authHeader,
+		freed: make(chan struct{}, 1), completeSlots: make(chan struct{}, completionsPerConnection)}, nil
 }
 
 // handle answers one client frame. It returns false when the connection is
@@ -385,21 +392,26 @@ func (s *session) complete(f *wsx.Frame) {
 		}
 		params.ErrorCode, params.ErrorMessage = body.Error.Code, body.Error.Message
 	}
-	reply, ev, err := s.m.tasks.Store().Complete(s.c.Context(), params)
-	if err != nil {
-		s.sendStoreError(f, err)
+	// The request loop goes on while the completion waits for its batch's
+	// commit; the reply follows that commit.
+	select {
+	case s.completeSlots <- struct{}{}:
+	case <-s.c.Context().Done():
 		return
 	}
-	if !reply.Deduplicated {
-		s.signalFreed()
-		if ev != nil {
-			s.m.tasks.Appended.Notify()
-			if ev.Type == tasks.EventRequeued {
-				s.m.tasks.Submitted.Notify()
-			}
+	s.completions.Add(1)
+	s.m.completes.Submit(&completeRequest{params: *params, done: func(o tasks.CompleteOutcome) {
+		defer s.completions.Done()
+		defer func() { <-s.completeSlots }()
+		if o.Err != nil {
+			s.sendStoreError(f, o.Err)
+			return
 		}
-	}
-	s.reply(f, reply)
+		if !o.Reply.Deduplicated {
+			s.signalFreed()
+		}
+		s.reply(f, o.Reply)
+	}})
 }
 
 func (s *session) release(f *wsx.Frame) {
@@ -469,9 +481,22 @@ func (s *session) dispatch() {
 	ticker := time.NewTicker(s.m.cfg.PollInterval)
 	defer ticker.Stop()
 	cancelSent := map[string]bool{}
+	// Cancel requests are looked for when this node signals one and on
+	// every poll (for those made on other nodes), not after every lease.
+	checkCancels := true
+	var cancels <-chan struct{}
 	for ctx.Err() == nil {
 		submitted := s.m.tasks.Submitted.C()
-		cancels := s.m.tasks.CancelRequested.C()
+		select {
+		case <-cancels:
+			checkCancels = true
+		default:
+		}
+		if checkCancels {
+			// Taken before the look, so a request made during it wakes
+			// the next one.
+			cancels = s.m.tasks.CancelRequested.C()
+		}
 		assigned, err := store.Lease(ctx, s.id, s.m.cfg.LeaseDuration)
 		if err != nil && ctx.Err() == nil {
 			s.c.Logger().Warn("lease tasks", "session_id", s.id, "err", err)
@@ -481,7 +506,10 @@ func (s *session) dispatch() {
 				return
 			}
 		}
-		if requested, err := store.CancelRequested(ctx, s.id); err == nil {
+		if !checkCancels {
+			// nothing asked for a look
+		} else if requested, err := store.CancelRequested(ctx, s.id); err == nil {
+			checkCancels = false
 			for _, p := range requested {
 				if cancelSent[p.AttemptID] {
 					continue
@@ -499,8 +527,10 @@ func (s *session) dispatch() {
 		case <-ctx.Done():
 		case <-submitted:
 		case <-cancels:
+			checkCancels = true
 		case <-s.freed:
 		case <-ticker.C:
+			checkCancels = true
 		}
 	}
 }

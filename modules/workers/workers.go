@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/batch"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/wsx"
 	"github.com/orbitrun/orbit/modules"
@@ -62,6 +63,9 @@ type Module struct {
 	auth   *auth.Authenticator
 	entry  *wsx.Entry
 	logger *slog.Logger
+	// completes applies task.complete frames of every connection in shared
+	// transactions.
+	completes *batch.Batcher[*completeRequest]
 }
 
 // OrbitModule returns the module's info.
@@ -114,6 +118,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.tasks = t
 	m.auth = auth.NewAuthenticator(env.DB)
 	m.logger = env.Logger.With("module", "workers")
+	m.completes = m.newCompleteBatcher()
 	entry, err := wsx.NewEntry(wsx.Config{
 		Subprotocol:  Subprotocol,
 		Permission:   auth.PermTasksWork,
@@ -142,7 +147,11 @@ func (m *Module) Stop(ctx context.Context) error {
 	if m.entry == nil {
 		return nil
 	}
-	return m.entry.Shutdown(ctx)
+	err := m.entry.Shutdown(ctx)
+	if werr := m.completes.Wait(ctx); werr != nil && err == nil {
+		err = fmt.Errorf("workers: stop: completions still being applied: %w", werr)
+	}
+	return err
 }
 
 var (
