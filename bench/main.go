@@ -16,6 +16,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -30,7 +32,15 @@ type options struct {
 	latencyDur   time.Duration
 	peerCap      time.Duration
 	fixedRate    float64
+	// only names the rows to run (comma-separated); empty runs them all.
+	only map[string]bool
 }
+
+// rowNames are the row groups -only accepts.
+var rowNames = []string{"raw", "drain", "rss", "live", "latency", "peer"}
+
+// runs reports whether the row group name is part of this run.
+func (o options) runs(name string) bool { return len(o.only) == 0 || o.only[name] }
 
 func main() {
 	var o options
@@ -44,7 +54,19 @@ func main() {
 	flag.DurationVar(&o.latencyDur, "latency-duration", 10*time.Second, "duration of each fixed-load row")
 	flag.DurationVar(&o.peerCap, "peer-cap", 30*time.Second, "longest a Watermill consumption row may run; the rate is then over what it consumed")
 	flag.Float64Var(&o.fixedRate, "fixed-rate", 1000, "offered results per second of the fixed-load row")
+	only := flag.String("only", "", "run only these rows, comma-separated ("+strings.Join(rowNames, ", ")+"); prints their summaries and writes no file")
 	flag.Parse()
+	if *only != "" {
+		o.only = map[string]bool{}
+		for _, name := range strings.Split(*only, ",") {
+			if !slices.Contains(rowNames, name) {
+				fmt.Fprintf(os.Stderr, "bench: -only: unknown row %q (want %s)\n", name, strings.Join(rowNames, ", "))
+				os.Exit(2)
+			}
+			o.only[name] = true
+		}
+		o.out = ""
+	}
 	if o.peerMessages == 0 {
 		o.peerMessages = o.drainEvents
 	}
@@ -105,39 +127,66 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 	step("%s, innodb_flush_log_at_trx_commit=%s, sync_binlog=%s, log_bin=%s, %d cores",
 		e.settings.Version, e.settings.FlushLogAtTrxCommit, e.settings.SyncBinlog, e.settings.LogBin, e.settings.Cores)
 
-	step("raw commit ceiling: 1, 8 and 32 connections, %s each", o.rawDur)
-	if r.raw, err = runRaw(ctx, e, []int{1, 8, 32}, o.rawDur); err != nil {
-		return err
-	}
-	for _, x := range r.raw {
-		step("%s", x.summary())
+	if o.runs("raw") {
+		step("raw commit ceiling: 1, 8 and 32 connections, %s each", o.rawDur)
+		if r.raw, err = runRaw(ctx, e, []int{1, 8, 32}, o.rawDur); err != nil {
+			return err
+		}
+		for _, x := range r.raw {
+			step("%s", x.summary())
+		}
 	}
 
-	step("backlog drain: appending %d results, then draining them with %d consumers", o.drainEvents, drainConsumers)
-	if r.drain, err = runDrain(ctx, e, o.drainEvents, 4*time.Minute); err != nil {
-		return err
+	if o.runs("drain") {
+		step("backlog drain: appending %d results, then draining them with %d consumers", o.drainEvents, drainConsumers)
+		if r.drain, err = runDrain(ctx, e, o.drainEvents, 4*time.Minute); err != nil {
+			return err
+		}
+		step("%s", r.drain.summary())
+		if len(o.only) > 0 {
+			d := r.drain
+			fmt.Fprintf(os.Stderr, "CPU bench %.0f %% · mysqld %.0f %% · statements/event %.1f\n%s\n%s\n",
+				cpuShare(d.Cost.SelfCPU, d.Cost.Elapsed), cpuShare(d.Cost.MysqldCPU, d.Cost.Elapsed),
+				float64(d.Cost.Questions)/float64(o.drainEvents), d.DBSamples, d.ProfileTop)
+		}
 	}
-	step("%s", r.drain.summary())
 
-	step("memory: %d idle consumers", idleConnections)
-	if r.rss, err = runRSS(ctx, e); err != nil {
-		return err
+	if o.runs("rss") {
+		step("memory: %d idle consumers", idleConnections)
+		if r.rss, err = runRSS(ctx, e); err != nil {
+			return err
+		}
+		step("%s", r.rss.summary())
 	}
-	step("%s", r.rss.summary())
 
-	step("live: %d tasks over %d queues", o.liveTasks, liveQueues)
-	if r.live, err = runLive(ctx, e, o.liveTasks, 3*time.Minute); err != nil {
-		return err
+	if o.runs("live") {
+		step("live: %d tasks over %d queues", o.liveTasks, liveQueues)
+		if r.live, err = runLive(ctx, e, o.liveTasks, 3*time.Minute); err != nil {
+			return err
+		}
+		step("%s", r.live.summary())
+		if len(o.only) > 0 {
+			c := r.live.Cost
+			fmt.Fprintf(os.Stderr, "CPU bench %.0f %% · mysqld %.0f %% · statements/result %.1f · commits/result %.2f\n%s\n",
+				cpuShare(c.SelfCPU, c.Elapsed), cpuShare(c.MysqldCPU, c.Elapsed),
+				float64(c.Questions)/float64(o.liveTasks), float64(c.ComCommit)/float64(o.liveTasks), r.live.DBSamples)
+		}
 	}
-	step("%s", r.live.summary())
 
-	levels := []loadLevel{{Label: "fixed", Rate: o.fixedRate}}
-	for _, p := range []float64{25, 50, 90} {
-		levels = append(levels, loadLevel{Label: fmt.Sprintf("%.0f %% of live peak", p), Rate: max(1, r.live.Rate*p/100)})
+	if o.runs("latency") {
+		levels := []loadLevel{{Label: "fixed", Rate: o.fixedRate}}
+		if r.live != nil {
+			for _, p := range []float64{25, 50, 90} {
+				levels = append(levels, loadLevel{Label: fmt.Sprintf("%.0f %% of live peak", p), Rate: max(1, r.live.Rate*p/100)})
+			}
+		}
+		step("latency at fixed offered loads, %s each", o.latencyDur)
+		if r.latency, err = runLatency(ctx, e, levels, o.latencyDur, func(x latencyResult) { step("%s", x.summary()) }); err != nil {
+			return err
+		}
 	}
-	step("latency at fixed offered loads, %s each", o.latencyDur)
-	if r.latency, err = runLatency(ctx, e, levels, o.latencyDur, func(x latencyResult) { step("%s", x.summary()) }); err != nil {
-		return err
+	if len(o.only) > 0 && !o.runs("peer") {
+		return nil
 	}
 
 	step("Watermill SQL: publishing %d messages", o.peerMessages)
@@ -158,6 +207,9 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 		}
 		r.peer = append(r.peer, c)
 		step("%s", c.summary())
+	}
+	if len(o.only) > 0 {
+		return nil
 	}
 	r.total = time.Since(r.started)
 	r.loadEnd = loadAverage()
