@@ -1,0 +1,171 @@
+package subscriptions
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orbitrun/orbit/internal/db"
+)
+
+// leased creates a subscription to the whole log of f's queue, materialises
+// its deliveries and leases all of them to one new session, in sequence
+// order. It returns the subscription, the session and the leases.
+func leased(t *testing.T, f *fixture, name string, n int) (*Subscription, string, []Lease) {
+	t.Helper()
+	ctx := context.Background()
+	s := f.create(t, name, nil, zero(), 100)
+	if created, _, err := Materialize(ctx, f.db, s.ID, 100); err != nil || created != n {
+		t.Fatalf("materialize: %d deliveries, %v; want %d", created, err, n)
+	}
+	session, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: "c", Capacity: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := Claim(ctx, f.db, &ClaimParams{SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
+	if err != nil || len(leases) != n {
+		t.Fatalf("claim: %d leases, %v; want %d", len(leases), err, n)
+	}
+	return s, session, leases
+}
+
+// proof is the ACK a lease's holder sends.
+func proof(s *Subscription, session string, l Lease) *AckParams {
+	return &AckParams{SubscriptionID: s.ID, DeliveryID: l.Delivery.ID, Epoch: l.Delivery.LeaseEpoch, Secret: l.Secret, SessionID: session}
+}
+
+// wantStates fails the test unless each delivery of s is in the state given.
+func wantStates(t *testing.T, f *fixture, s *Subscription, want map[string]string) {
+	t.Helper()
+	for id, state := range want {
+		d, err := DeliveryGet(context.Background(), f.db, s.ID, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.State != state {
+			t.Errorf("delivery %s is %s, want %s", id, d.State, state)
+		}
+	}
+}
+
+func TestAckBatch_SameProofTwiceIsDeduplicated(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.appendEvents(t, 1)
+	s, session, leases := leased(t, f, "dup", 1)
+	p := proof(s, session, leases[0])
+	again := *p
+	out, err := AckBatch(context.Background(), f.db, []*AckParams{p, &again})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := out[0], out[1]
+	if first.Err != nil || first.Result.Deduplicated || first.Result.AcknowledgedAt == "" {
+		t.Fatalf("first ack: %+v; want acknowledged, not deduplicated", first)
+	}
+	want := first.Result
+	want.Deduplicated = true
+	if second.Err != nil || second.Result != want {
+		t.Fatalf("second ack: %+v; want %+v", second, want)
+	}
+	var records int
+	if err := f.db.QueryRow(`SELECT COUNT(*) FROM delivery_acks WHERE delivery_id = ?`, p.DeliveryID).Scan(&records); err != nil {
+		t.Fatal(err)
+	}
+	if records != 1 {
+		t.Fatalf("%d ack records, want 1", records)
+	}
+	wantStates(t, f, s, map[string]string{p.DeliveryID: StateAcked})
+}
+
+func TestAckBatch_RefusedProofDoesNotStopTheOthers(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.appendEvents(t, 3)
+	s, session, leases := leased(t, f, "refused", 3)
+	ctx := context.Background()
+	// The third lease runs out and a second session re-leases it (epoch 2),
+	// so its first proof is superseded.
+	if _, err := f.db.Exec(`UPDATE event_deliveries SET lease_until = ? WHERE id = ?`, db.Now().Add(-time.Second), leases[2].Delivery.ID); err != nil {
+		t.Fatal(err)
+	}
+	other, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: "c", Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if re, err := Claim(ctx, f.db, &ClaimParams{SessionID: other, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(re) != 1 || re[0].Delivery.LeaseEpoch != 2 {
+		t.Fatalf("re-lease: %+v %v; want the expired delivery at epoch 2", re, err)
+	}
+	valid := proof(s, session, leases[0])
+	wrongSecret := proof(s, session, leases[1])
+	wrongSecret.Secret = strings.Repeat("A", len(wrongSecret.Secret))
+	stale := proof(s, session, leases[2])
+	out, err := AckBatch(ctx, f.db, []*AckParams{wrongSecret, valid, stale})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Err != ErrLeaseLost || out[1].Err != nil || out[2].Err != ErrLeaseLost {
+		t.Fatalf("errors %v, %v, %v; want lease lost, nil, lease lost", out[0].Err, out[1].Err, out[2].Err)
+	}
+	wantStates(t, f, s, map[string]string{
+		valid.DeliveryID:       StateAcked,
+		wrongSecret.DeliveryID: StateLeased,
+		stale.DeliveryID:       StateLeased,
+	})
+}
+
+func TestAckBatch_ProofForAnotherSubscriptionsDeliveryIsLeaseLost(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.appendEvents(t, 1)
+	a, sessionA, leasesA := leased(t, f, "a", 1)
+	b, sessionB, leasesB := leased(t, f, "b", 1)
+	// b's delivery, with b's own valid proof, acknowledged as a's.
+	foreign := proof(b, sessionB, leasesB[0])
+	foreign.SubscriptionID = a.ID
+	own := proof(a, sessionA, leasesA[0])
+	out, err := AckBatch(context.Background(), f.db, []*AckParams{foreign, own})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Err != ErrLeaseLost || out[1].Err != nil {
+		t.Fatalf("errors %v, %v; want lease lost for the foreign delivery only", out[0].Err, out[1].Err)
+	}
+	wantStates(t, f, a, map[string]string{own.DeliveryID: StateAcked})
+	wantStates(t, f, b, map[string]string{foreign.DeliveryID: StateLeased})
+}
+
+func TestAckBatch_OutcomesFollowTheInputOrder(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.appendEvents(t, 4)
+	s, session, leases := leased(t, f, "order", 4)
+	acks := make([]*AckParams, 0, len(leases))
+	for _, l := range leases {
+		acks = append(acks, proof(s, session, l))
+	}
+	// Deliveries are locked in id order; the input runs the other way, and
+	// one proof in the middle is refused.
+	slices.SortFunc(acks, func(x, y *AckParams) int { return strings.Compare(y.DeliveryID, x.DeliveryID) })
+	acks[1].Epoch++
+	out, err := AckBatch(context.Background(), f.db, acks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != len(acks) {
+		t.Fatalf("%d outcomes for %d acks", len(out), len(acks))
+	}
+	for i, o := range out {
+		if i == 1 {
+			if o.Err != ErrLeaseLost {
+				t.Errorf("outcome 1: %v, want lease lost", o.Err)
+			}
+			continue
+		}
+		if o.Err != nil || o.Result.DeliveryID != acks[i].DeliveryID {
+			t.Errorf("outcome %d: %+v; want the ACK of delivery %s", i, o, acks[i].DeliveryID)
+		}
+	}
+}
