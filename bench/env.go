@@ -23,6 +23,7 @@ import (
 	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/admin"
 	_ "github.com/orbitrun/orbit/modules/all"
+	"github.com/orbitrun/orbit/modules/tasks"
 )
 
 // orbitDatabase is the platform database on the throwaway server.
@@ -36,6 +37,7 @@ type env struct {
 	admin     *sql.DB // root on the server, no default database
 	pool      *sql.DB // the Orbit server's pool on the orbit database
 	cfg       *config.Config
+	tasks     *tasks.Module // the server's tasks module, for its wake-ups
 	instances modules.Instances
 	srv       *server.Server
 	url       string
@@ -123,6 +125,7 @@ func startEnv(ctx context.Context, log *slog.Logger) (_ *env, err error) {
 	if err := e.instances.Validate(); err != nil {
 		return nil, fmt.Errorf("module config: %w", err)
 	}
+	e.tasks = e.instances["tasks"].(*tasks.Module)
 	e.srv, err = server.New(ctx, server.Params{Config: e.cfg, DB: e.pool, Logger: log, Instances: e.instances})
 	if err != nil {
 		return nil, fmt.Errorf("orbit server: %w", err)

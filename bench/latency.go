@@ -23,6 +23,19 @@ const (
 type loadLevel struct {
 	Label string
 	Rate  float64 // offered results per second
+	// Direct commits each result with the tasks store in its own
+	// transaction (TaskCancel, then the node's wake-up, as the HTTP
+	// handler does) instead of through the HTTP API, so that the
+	// producer's cost does not cap the offered rate.
+	Direct bool
+}
+
+// producer names how the level's results are committed.
+func (l loadLevel) producer() string {
+	if l.Direct {
+		return "store commits"
+	}
+	return "HTTP cancels"
 }
 
 // latencyResult is commit→receive latency at one offered rate.
@@ -129,6 +142,22 @@ func runLatency(ctx context.Context, e *env, levels []loadLevel, dur time.Durati
 		if err != nil {
 			return nil, err
 		}
+		offer := func(ctx context.Context, id string) error {
+			_, err := client.CancelTask(ctx, id, "lat-"+id, orbit.CancelTaskRequest{})
+			return err
+		}
+		if l.Direct {
+			offer = func(ctx context.Context, id string) error {
+				err := db.Tx(ctx, e.pool, func(tx *sql.Tx) error {
+					_, _, err := tasks.TaskCancel(ctx, tx, id, "bench")
+					return err
+				})
+				if err == nil {
+					e.tasks.Appended.Notify()
+				}
+				return err
+			}
+		}
 		jobs := make(chan string, len(ids[li]))
 		var errs, committed, late atomic.Int64
 		var senders sync.WaitGroup
@@ -142,7 +171,7 @@ func runLatency(ctx context.Context, e *env, levels []loadLevel, dur time.Durati
 						late.Add(1)
 						continue
 					}
-					if _, err := client.CancelTask(ctx, id, "lat-"+id, orbit.CancelTaskRequest{}); err != nil {
+					if err := offer(ctx, id); err != nil {
 						if errs.Add(1) == 1 {
 							e.log.Warn("latency: cancel", "err", err)
 						}

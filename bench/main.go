@@ -174,14 +174,21 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 	}
 
 	if o.runs("latency") {
-		levels := []loadLevel{{Label: "fixed", Rate: o.fixedRate}}
+		levels := []loadLevel{{Label: "fixed", Rate: o.fixedRate, Direct: true}, {Label: "fixed", Rate: o.fixedRate}}
 		if r.live != nil {
 			for _, p := range []float64{25, 50, 90} {
 				levels = append(levels, loadLevel{Label: fmt.Sprintf("%.0f %% of live peak", p), Rate: max(1, r.live.Rate*p/100)})
 			}
 		}
 		step("latency at fixed offered loads, %s each", o.latencyDur)
-		if r.latency, err = runLatency(ctx, e, levels, o.latencyDur, func(x latencyResult) { step("%s", x.summary()) }); err != nil {
+		if r.latency, err = runLatency(ctx, e, levels, o.latencyDur, func(x latencyResult) {
+			step("%s", x.summary())
+			if len(o.only) > 0 {
+				fmt.Fprintf(os.Stderr, "CPU bench %.0f %% · mysqld %.0f %% · statements/result %.1f · commits/result %.2f\n",
+					cpuShare(x.Cost.SelfCPU, x.Cost.Elapsed), cpuShare(x.Cost.MysqldCPU, x.Cost.Elapsed),
+					float64(x.Cost.Questions)/float64(x.Committed), float64(x.Cost.ComCommit)/float64(x.Committed))
+			}
+		}); err != nil {
 			return err
 		}
 	}

@@ -32,7 +32,6 @@ const (
 	targetRSS          = 150 << 20
 	targetRunTime      = 10 * time.Minute
 	watermillVersion   = "watermill v1.5.1, watermill-sql v4.1.2"
-	latencyEventSource = "HTTP cancel of a PENDING task"
 )
 
 // table renders every row with its settings as aligned text.
@@ -60,13 +59,13 @@ func (r *results) table() string {
 		liveQueues, liveWorkersPerQueue, liveWorkerCapacity, liveQueues*liveSubmitters, consumerCapacity,
 		num(l.Rate), ms(p50), ms(p95), ms(p99), perItem(l.Cost, l.Tasks), cpu(l.Cost))
 	for _, x := range r.latency {
-		name := fmt.Sprintf("orbit latency @ %s/s", num(x.Level.Rate))
+		name := fmt.Sprintf("orbit latency @ %s/s (%s)", num(x.Level.Rate), x.Level.producer())
 		if x.Level.Label != "fixed" {
-			name = fmt.Sprintf("orbit latency @ %s/s (%s)", num(x.Level.Rate), x.Level.Label)
+			name = fmt.Sprintf("orbit latency @ %s/s (%s, %s)", num(x.Level.Rate), x.Level.producer(), x.Level.Label)
 		}
 		note := ""
 		if x.Late > 0 {
-			note = fmt.Sprintf(" · %s scheduled cancels not started in the window", num(float64(x.Late)))
+			note = fmt.Sprintf(" · %s scheduled results not started in the window", num(float64(x.Late)))
 		}
 		if int64(x.Received) < x.Committed {
 			note += fmt.Sprintf(" · %d of %d received", x.Received, x.Committed)
@@ -74,7 +73,7 @@ func (r *results) table() string {
 		if x.Errors > 0 {
 			note += fmt.Sprintf(" · %d cancel errors", x.Errors)
 		}
-		fmt.Fprintf(w, "%s\t%d queues · ≤%d requests in flight · 1 consumer × cap %d per queue\tp50 %s · p95 %s · p99 %s · max %s (offered %s/s, achieved %s/s%s)\t%s\t%s\n",
+		fmt.Fprintf(w, "%s\t%d queues · ≤%d producers in flight · 1 consumer × cap %d per queue\tp50 %s · p95 %s · p99 %s · max %s (offered %s/s, achieved %s/s%s)\t%s\t%s\n",
 			name, latencyQueues, latencySenders, consumerCapacity, ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max),
 			num(x.Level.Rate), num(x.Achieved), note, perItem(x.Cost, int(x.Committed)), cpu(x.Cost))
 	}
@@ -102,8 +101,8 @@ func (r *results) table() string {
 		prefillTx, prefillWorkers, num(float64(d.Events)), num(d.PrefillRate))
 	fmt.Fprintf(&b, "- live: %d tasks submitted with the SDK client (1 task per request, %d goroutines), completed by SDK workers (handler returns at once), delivered to SDK consumers (no-op handler); clock from the first submission to the last confirmed ACK; submissions ran at %s/s; results were committed at %s/s (first submission → last result in the log)\n",
 		l.Tasks, liveQueues*liveSubmitters, num(l.SubmitRate), num(l.CommitRate))
-	fmt.Fprintf(&b, "- latency: results are made by %s on a fixed schedule (open loop, cancels not started within the window are dropped) for %s per row; latency = consumer handler start − event occurred_at (stamped inside the appending transaction just before COMMIT, so it includes the commit); one process, one clock\n",
-		latencyEventSource, r.opts.latencyDur)
+	fmt.Fprintf(&b, "- latency: each result is a PENDING task cancelled on a fixed schedule (open loop, results not started within the window are dropped) for %s per row, either by \"store commits\" (tasks.TaskCancel in its own transaction, one result per commit, then the node's wake-up, as the HTTP handler does: what the delivery path sees at the offered rate) or by \"HTTP cancels\" (POST /v1/tasks/{id}:cancel through the SDK client, whose own cost can cap the rate); latency = consumer handler start − event occurred_at (stamped inside the appending transaction just before COMMIT, so it includes the commit); one process, one clock\n",
+		r.opts.latencyDur)
 	fmt.Fprintf(&b, "- RSS: VmRSS of this process, which runs the Orbit server and the SDK consumers together, so it overstates the server alone\n")
 	fmt.Fprintf(&b, "- watermill: %s; DefaultMySQLSchema + DefaultMySQLOffsetsAdapter, own database on the same server, one topic published once and consumed by one consumer group per batch size; each batch is one SERIALIZABLE transaction that locks the group's offset row (FOR UPDATE), writes offset_consumed per message and offset_acked once per batch, committed after every message of the batch is acked\n",
 		watermillVersion)
@@ -185,7 +184,7 @@ func (r *results) targets() []target {
 	ts = append(ts, t)
 	for _, x := range r.latency {
 		if x.Level.Label == "fixed" {
-			t := target{what: fmt.Sprintf("p99 commit→receive at %s/s offered", num(x.Level.Rate)), want: "≤ " + ms(targetP99), got: ms(x.P99), met: x.P99 <= targetP99 && int64(x.Received) == x.Committed && x.Late == 0}
+			t := target{what: fmt.Sprintf("p99 commit→receive at %s/s offered (%s)", num(x.Level.Rate), x.Level.producer()), want: "≤ " + ms(targetP99), got: ms(x.P99), met: x.P99 <= targetP99 && int64(x.Received) == x.Committed && x.Late == 0}
 			if !t.met {
 				t.gap = fmt.Sprintf("%.1f× the target", float64(x.P99)/float64(targetP99))
 				if x.Achieved < 0.95*x.Level.Rate {
@@ -319,8 +318,8 @@ func (l *liveResult) summary() string {
 }
 
 func (x latencyResult) summary() string {
-	return fmt.Sprintf("offered %s/s (achieved %s/s, %d not started in the window): p50 %s, p95 %s, p99 %s, max %s; %d of %d received",
-		num(x.Level.Rate), num(x.Achieved), x.Late, ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max), x.Received, x.Committed)
+	return fmt.Sprintf("offered %s/s by %s (achieved %s/s, %d not started in the window): p50 %s, p95 %s, p99 %s, max %s; %d of %d received",
+		num(x.Level.Rate), x.Level.producer(), num(x.Achieved), x.Late, ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max), x.Received, x.Committed)
 }
 
 func (p *peerPublish) summary() string {
