@@ -50,6 +50,7 @@ type latencyResult struct {
 	P50, P95, P99 time.Duration
 	Max           time.Duration
 	Cost          cost
+	DBSamples     string // statements found executing in the database
 }
 
 // runLatency offers results at each level's rate for dur: it cancels
@@ -158,6 +159,7 @@ func runLatency(ctx context.Context, e *env, levels []loadLevel, dur time.Durati
 				return err
 			}
 		}
+		sampler := e.startSampler(ctx, 20*time.Millisecond)
 		jobs := make(chan string, len(ids[li]))
 		var errs, committed, late atomic.Int64
 		var senders sync.WaitGroup
@@ -204,6 +206,8 @@ func runLatency(ctx context.Context, e *env, levels []loadLevel, dur time.Durati
 			return nil, err
 		}
 		r.Cost = before.to(after)
+		r.DBSamples = sampler.finish(12)
+		sampler.stop()
 		r.Received = int(lats[li].n.Load())
 		r.P50, r.P95, r.P99, r.Max = lats[li].percentiles()
 		out = append(out, r)

@@ -187,6 +187,7 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 				fmt.Fprintf(os.Stderr, "CPU bench %.0f %% · mysqld %.0f %% · statements/result %.1f · commits/result %.2f\n",
 					cpuShare(x.Cost.SelfCPU, x.Cost.Elapsed), cpuShare(x.Cost.MysqldCPU, x.Cost.Elapsed),
 					float64(x.Cost.Questions)/float64(x.Committed), float64(x.Cost.ComCommit)/float64(x.Committed))
+				fmt.Fprintln(os.Stderr, x.DBSamples)
 			}
 		}); err != nil {
 			return err

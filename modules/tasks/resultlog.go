@@ -26,16 +26,20 @@ import (
 // appendEvent appends one event for t (already updated to its new state) to
 // its queue's log inside tx and returns the event.
 func appendEvent(ctx context.Context, tx *sql.Tx, t *Task, eventType string, details Details, now time.Time) (Event, error) {
-	if _, err := tx.ExecContext(ctx, `
-		INSERT INTO queue_streams (queue_id, head_sequence, updated_at) VALUES (?, 1, ?)
-		ON DUPLICATE KEY UPDATE head_sequence = head_sequence + 1, updated_at = VALUES(updated_at)`,
-		t.QueueID, now); err != nil {
+	// LAST_INSERT_ID(expr) hands the new head back in the statement's own
+	// reply, so reading it costs no second round trip.
+	res, err := tx.ExecContext(ctx, `
+		INSERT INTO queue_streams (queue_id, head_sequence, updated_at) VALUES (?, LAST_INSERT_ID(1), ?)
+		ON DUPLICATE KEY UPDATE head_sequence = LAST_INSERT_ID(head_sequence + 1), updated_at = VALUES(updated_at)`,
+		t.QueueID, now)
+	if err != nil {
 		return Event{}, fmt.Errorf("tasks: advance log head: %w", err)
 	}
-	var seq uint64
-	if err := tx.QueryRowContext(ctx, `SELECT head_sequence FROM queue_streams WHERE queue_id = ?`, t.QueueID).Scan(&seq); err != nil {
-		return Event{}, fmt.Errorf("tasks: read log head: %w", err)
+	head, err := res.LastInsertId()
+	if err != nil || head < 1 {
+		return Event{}, fmt.Errorf("tasks: read log head: %d, %v", head, err)
 	}
+	seq := uint64(head)
 	snapshot, err := json.Marshal(Snapshot{
 		SchemaVersion: 1, TaskID: t.ID, QueueID: t.QueueID, State: t.State,
 		Revision: httpx.Uint64(t.Revision), EffectUncertain: t.EffectUncertain,
