@@ -28,7 +28,8 @@ const (
 )
 
 // ackRequest is one event.ack waiting for its batch; done runs once with
-// its outcome, or with the batch's error when nothing was recorded.
+// its outcome, or with the batch's error when nothing was recorded. done
+// runs on the batch's goroutine and must not block.
 type ackRequest struct {
 	params subscriptions.AckParams
 	done   func(subscriptions.AckResult, error)

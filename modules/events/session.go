@@ -312,10 +312,15 @@ func (s *session) ack(f *wsx.Frame) bool {
 			SubscriptionID: s.subscription.ID, DeliveryID: *body.DeliveryID, Epoch: uint64(*body.Epoch),
 			Secret: body.LeaseSecret.Encode(), SessionID: s.id,
 		},
+		// The answer is written apart from the batch, so that a
+		// connection whose write queue is full never holds up the
+		// answers of the others.
 		done: func(res subscriptions.AckResult, err error) {
-			defer s.acks.Done()
-			defer func() { <-s.ackSlots }()
-			s.acked(f, res, err)
+			go func() {
+				defer s.acks.Done()
+				defer func() { <-s.ackSlots }()
+				s.acked(f, res, err)
+			}()
 		},
 	})
 	return true

@@ -27,7 +27,7 @@ const (
 )
 
 // completeRequest is one task.complete waiting for its batch; done runs
-// once with its outcome.
+// once with its outcome, on the batch's goroutine, and must not block.
 type completeRequest struct {
 	params tasks.CompleteParams
 	done   func(tasks.CompleteOutcome)

@@ -400,17 +400,21 @@ func (s *session) complete(f *wsx.Frame) {
 		return
 	}
 	s.completions.Add(1)
+	// The answer is written apart from the batch, so that a connection
+	// whose write queue is full never holds up the answers of the others.
 	s.m.completes.Submit(&completeRequest{params: *params, done: func(o tasks.CompleteOutcome) {
-		defer s.completions.Done()
-		defer func() { <-s.completeSlots }()
-		if o.Err != nil {
-			s.sendStoreError(f, o.Err)
-			return
-		}
-		if !o.Reply.Deduplicated {
-			s.signalFreed()
-		}
-		s.reply(f, o.Reply)
+		go func() {
+			defer s.completions.Done()
+			defer func() { <-s.completeSlots }()
+			if o.Err != nil {
+				s.sendStoreError(f, o.Err)
+				return
+			}
+			if !o.Reply.Deduplicated {
+				s.signalFreed()
+			}
+			s.reply(f, o.Reply)
+		}()
 	}})
 }
 
