@@ -45,7 +45,8 @@ type latencyResult struct {
 	Committed     int64   // cancels that committed a result
 	Late          int64   // scheduled cancels not started within the window (the server fell behind)
 	Achieved      float64 // results committed per second over the window
-	Received      int
+	Received      int     // distinct events received
+	Duplicates    int64   // deliveries of an event received before
 	Errors        int64
 	P50, P95, P99 time.Duration
 	Max           time.Duration
@@ -120,7 +121,7 @@ func runLatency(ctx context.Context, e *env, levels []loadLevel, dur time.Durati
 	cs, err := e.startConsumers(ctx, subs, 1, func(_ context.Context, d *orbit.Delivery) error {
 		received := time.Now()
 		if li, ok := level[d.Event.AggregateID]; ok {
-			lats[li].add(received.Sub(d.Event.OccurredAt))
+			lats[li].add(d.Event.ID, received.Sub(d.Event.OccurredAt))
 		}
 		return nil
 	})
@@ -209,6 +210,7 @@ func runLatency(ctx context.Context, e *env, levels []loadLevel, dur time.Durati
 		r.DBSamples = sampler.finish(12)
 		sampler.stop()
 		r.Received = int(lats[li].n.Load())
+		r.Duplicates = lats[li].dups.Load()
 		r.P50, r.P95, r.P99, r.Max = lats[li].percentiles()
 		out = append(out, r)
 		done(r)

@@ -62,7 +62,7 @@ func runLive(ctx context.Context, e *env, n int, timeout time.Duration) (*liveRe
 		queueIDs = append(queueIDs, e.cred.Queues[q])
 	}
 	cs, err := e.startConsumers(ctx, subs, liveConsumers, func(_ context.Context, d *orbit.Delivery) error {
-		res.Lat.add(time.Since(d.Event.OccurredAt))
+		res.Lat.add(d.Event.ID, time.Since(d.Event.OccurredAt))
 		return nil
 	})
 	if err != nil {

@@ -24,14 +24,14 @@ const (
 
 // Targets of the issue "Benchmarks side by side".
 const (
-	targetDrain        = 5000.0
-	targetLive         = 2000.0
-	targetPeerFactor   = 3.0
-	targetP99          = 25 * time.Millisecond
-	targetCommits      = 2.0
-	targetRSS          = 150 << 20
-	targetRunTime      = 10 * time.Minute
-	watermillVersion   = "watermill v1.5.1, watermill-sql v4.1.2"
+	targetDrain      = 5000.0
+	targetLive       = 2000.0
+	targetPeerFactor = 3.0
+	targetP99        = 25 * time.Millisecond
+	targetCommits    = 2.0
+	targetRSS        = 150 << 20
+	targetRunTime    = 10 * time.Minute
+	watermillVersion = "watermill v1.5.1, watermill-sql v4.1.2"
 )
 
 // table renders every row with its settings as aligned text.
@@ -55,9 +55,13 @@ func (r *results) table() string {
 		num(float64(d.Events)), drainMaxPending, drainConsumers, consumerCapacity, num(d.Rate), perItem(d.Cost, d.Events), cpu(d.Cost))
 	l := r.live
 	p50, p95, p99, _ := l.Lat.percentiles()
-	fmt.Fprintf(w, "orbit live end to end\t%d queues · %d worker × cap %d per queue · %d submitters · 1 consumer × cap %d per queue\t%s results/s (submit→complete→deliver→ACK); latency p50 %s · p95 %s · p99 %s\t%s\t%s\n",
+	liveNote := ""
+	if n := l.Lat.dups.Load(); n > 0 {
+		liveNote = fmt.Sprintf(" · %d duplicate deliveries", n)
+	}
+	fmt.Fprintf(w, "orbit live end to end\t%d queues · %d worker × cap %d per queue · %d submitters · 1 consumer × cap %d per queue\t%s results/s (submit→complete→deliver→ACK); latency p50 %s · p95 %s · p99 %s%s\t%s\t%s\n",
 		liveQueues, liveWorkersPerQueue, liveWorkerCapacity, liveQueues*liveSubmitters, consumerCapacity,
-		num(l.Rate), ms(p50), ms(p95), ms(p99), perItem(l.Cost, l.Tasks), cpu(l.Cost))
+		num(l.Rate), ms(p50), ms(p95), ms(p99), liveNote, perItem(l.Cost, l.Tasks), cpu(l.Cost))
 	for _, x := range r.latency {
 		name := fmt.Sprintf("orbit latency @ %s/s (%s)", num(x.Level.Rate), x.Level.producer())
 		if x.Level.Label != "fixed" {
@@ -71,7 +75,10 @@ func (r *results) table() string {
 			note += fmt.Sprintf(" · %d of %d received", x.Received, x.Committed)
 		}
 		if x.Errors > 0 {
-			note += fmt.Sprintf(" · %d cancel errors", x.Errors)
+			note += fmt.Sprintf(" · %d producer errors", x.Errors)
+		}
+		if x.Duplicates > 0 {
+			note += fmt.Sprintf(" · %d duplicate deliveries", x.Duplicates)
 		}
 		fmt.Fprintf(w, "%s\t%d queues · ≤%d producers in flight · 1 consumer × cap %d per queue\tp50 %s · p95 %s · p99 %s · max %s (offered %s/s, achieved %s/s%s)\t%s\t%s\n",
 			name, latencyQueues, latencySenders, consumerCapacity, ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max),
@@ -321,8 +328,8 @@ func (l *liveResult) summary() string {
 }
 
 func (x latencyResult) summary() string {
-	return fmt.Sprintf("offered %s/s by %s (achieved %s/s, %d not started in the window): p50 %s, p95 %s, p99 %s, max %s; %d of %d received",
-		num(x.Level.Rate), x.Level.producer(), num(x.Achieved), x.Late, ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max), x.Received, x.Committed)
+	return fmt.Sprintf("offered %s/s by %s (achieved %s/s, %d not started in the window): p50 %s, p95 %s, p99 %s, max %s; %d of %d received, %d duplicates",
+		num(x.Level.Rate), x.Level.producer(), num(x.Achieved), x.Late, ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max), x.Received, x.Committed, x.Duplicates)
 }
 
 func (p *peerPublish) summary() string {

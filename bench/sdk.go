@@ -128,15 +128,27 @@ func (cs *consumers) waitAcked(ctx context.Context, n uint64, timeout time.Durat
 
 // latencies collects commit→receive delays.
 type latencies struct {
-	mu sync.Mutex
-	d  []time.Duration
-	n  atomic.Int64
+	mu   sync.Mutex
+	d    []time.Duration
+	seen map[string]bool
+	n    atomic.Int64 // distinct events received
+	dups atomic.Int64 // deliveries of an event received before
 }
 
-func (l *latencies) add(d time.Duration) {
+// add records the latency of an event's first delivery; later deliveries
+// of the same event are only counted.
+func (l *latencies) add(eventID string, d time.Duration) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen == nil {
+		l.seen = map[string]bool{}
+	}
+	if l.seen[eventID] {
+		l.dups.Add(1)
+		return
+	}
+	l.seen[eventID] = true
 	l.d = append(l.d, d)
-	l.mu.Unlock()
 	l.n.Add(1)
 }
 

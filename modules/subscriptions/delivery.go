@@ -190,7 +190,7 @@ func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
 			_, err := recoverLeases(ctx, tx, subscriptionID, p.RecoverBatch, now)
 			return err
 		}
-		picked, err := pickPending(ctx, tx, subscriptionID, now, free)
+		picked, err := pickPending(ctx, tx, subscriptionID, now, free, nil)
 		if err != nil {
 			return err
 		}
@@ -205,7 +205,7 @@ func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
 				return err
 			}
 			if recovered > 0 {
-				more, err := pickPending(ctx, tx, subscriptionID, now, free-len(picked))
+				more, err := pickPending(ctx, tx, subscriptionID, now, free-len(picked), picked)
 				if err != nil {
 					return err
 				}
@@ -264,24 +264,32 @@ func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
 }
 
 // pickPending locks up to limit PENDING deliveries of a subscription that
-// are available now, in sequence order, skipping those other claims hold.
-func pickPending(ctx context.Context, tx *sql.Tx, subscriptionID string, now time.Time, limit int) ([]*Delivery, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM event_deliveries
-		WHERE subscription_id = ? AND state = 'PENDING' AND available_at <= ?
-		ORDER BY sequence LIMIT ? FOR UPDATE SKIP LOCKED`, subscriptionID, now, limit)
+// are available now, in sequence order, skipping those other claims hold
+// and those this claim picked before (still PENDING until it leases them).
+func pickPending(ctx context.Context, tx *sql.Tx, subscriptionID string, now time.Time, limit int, picked []*Delivery) ([]*Delivery, error) {
+	query := `SELECT ` + deliveryColumns + ` FROM event_deliveries
+		WHERE subscription_id = ? AND state = 'PENDING' AND available_at <= ?`
+	args := []any{subscriptionID, now}
+	if len(picked) > 0 {
+		query += ` AND id NOT IN (` + placeholders(len(picked)) + `)`
+		for _, d := range picked {
+			args = append(args, d.ID)
+		}
+	}
+	rows, err := tx.QueryContext(ctx, query+` ORDER BY sequence LIMIT ? FOR UPDATE SKIP LOCKED`, append(args, limit)...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var picked []*Delivery
+	var out []*Delivery
 	for rows.Next() {
 		d, err := scanDelivery(rows)
 		if err != nil {
 			return nil, err
 		}
-		picked = append(picked, d)
+		out = append(out, d)
 	}
-	return picked, rows.Err()
+	return out, rows.Err()
 }
 
 // AckParams are one event.ack.
