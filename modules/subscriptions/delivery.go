@@ -65,29 +65,69 @@ func EventSessionClose(ctx context.Context, pool *sql.DB, sessionID string) erro
 // RecoverLeases moves up to batch LEASED deliveries of a subscription whose
 // lease ran out to PENDING, or to EXPIRED when their attempts reached the
 // budget (E-8, S-22). Claims call it for their subscription; the background
-// sweeper calls it for all with subscriptionID "". It returns how many it
+// sweeper calls it for all with subscriptionID "", which recovers up to
+// batch per group of sweepGroup subscriptions. It returns how many it
 // recovered.
 func RecoverLeases(ctx context.Context, pool *sql.DB, subscriptionID string, batch int) (int, error) {
-	n := 0
-	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
-		var err error
-		n, err = recoverLeases(ctx, tx, subscriptionID, batch, db.Now())
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("subscriptions: recover leases: %w", err)
+	groups := [][]string{{subscriptionID}}
+	if subscriptionID == "" {
+		ids, err := subscriptionIDs(ctx, pool)
+		if err != nil {
+			return 0, fmt.Errorf("subscriptions: recover leases: %w", err)
+		}
+		groups = nil
+		for group := range slices.Chunk(ids, sweepGroup) {
+			groups = append(groups, group)
+		}
 	}
-	return n, nil
+	total := 0
+	for _, group := range groups {
+		n := 0
+		err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
+			var err error
+			n, err = recoverLeases(ctx, tx, group, batch, db.Now())
+			return err
+		})
+		if err != nil {
+			return total, fmt.Errorf("subscriptions: recover leases: %w", err)
+		}
+		total += n
+	}
+	return total, nil
 }
 
-func recoverLeases(ctx context.Context, tx *sql.Tx, subscriptionID string, batch int, now time.Time) (int, error) {
-	query := `SELECT id, attempts >= attempt_budget FROM event_deliveries WHERE state = 'LEASED' AND lease_until < ?`
-	args := []any{now}
-	if subscriptionID != "" {
-		query = `SELECT id, attempts >= attempt_budget FROM event_deliveries
-			WHERE subscription_id = ? AND state = 'LEASED' AND lease_until < ?`
-		args = []any{subscriptionID, now}
+// sweepGroup is how many subscriptions one sweeper transaction covers.
+const sweepGroup = 100
+
+// subscriptionIDs returns the id of every subscription.
+func subscriptionIDs(ctx context.Context, pool *sql.DB) ([]string, error) {
+	rows, err := pool.QueryContext(ctx, `SELECT id FROM subscriptions ORDER BY id`)
+	if err != nil {
+		return nil, err
 	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// recoverLeases recovers expired leases of the given subscriptions. It
+// reads only their LEASED deliveries, through the claim index: as many as
+// the connections' capacities, never the whole table.
+func recoverLeases(ctx context.Context, tx *sql.Tx, subscriptionIDs []string, batch int, now time.Time) (int, error) {
+	query := `SELECT id, attempts >= attempt_budget FROM event_deliveries
+		WHERE subscription_id IN (` + placeholders(len(subscriptionIDs)) + `) AND state = 'LEASED' AND lease_until < ?`
+	args := make([]any, 0, len(subscriptionIDs)+2)
+	for _, id := range subscriptionIDs {
+		args = append(args, id)
+	}
+	args = append(args, now)
 	rows, err := tx.QueryContext(ctx, query+` LIMIT ? FOR UPDATE SKIP LOCKED`, append(args, batch)...)
 	if err != nil {
 		return 0, err
@@ -187,7 +227,7 @@ func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
 		if free <= 0 {
 			// A full connection leases nothing, but its claim still
 			// recovers expired leases for the others.
-			_, err := recoverLeases(ctx, tx, subscriptionID, p.RecoverBatch, now)
+			_, err := recoverLeases(ctx, tx, []string{subscriptionID}, p.RecoverBatch, now)
 			return err
 		}
 		picked, err := pickPending(ctx, tx, subscriptionID, now, free, nil)
@@ -200,7 +240,7 @@ func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
 		// order among the others; without one, this claim re-leases them
 		// at once.
 		if len(picked) < free {
-			recovered, err := recoverLeases(ctx, tx, subscriptionID, p.RecoverBatch, now)
+			recovered, err := recoverLeases(ctx, tx, []string{subscriptionID}, p.RecoverBatch, now)
 			if err != nil {
 				return err
 			}
