@@ -71,7 +71,7 @@ func EventSessionClose(ctx context.Context, pool *sql.DB, sessionID string) erro
 func RecoverLeases(ctx context.Context, pool *sql.DB, subscriptionID string, batch int) (int, error) {
 	groups := [][]string{{subscriptionID}}
 	if subscriptionID == "" {
-		ids, err := subscriptionIDs(ctx, pool)
+		ids, err := db.QueryStrings(ctx, pool, `SELECT id FROM subscriptions ORDER BY id`)
 		if err != nil {
 			return 0, fmt.Errorf("subscriptions: recover leases: %w", err)
 		}
@@ -99,30 +99,12 @@ func RecoverLeases(ctx context.Context, pool *sql.DB, subscriptionID string, bat
 // sweepGroup is how many subscriptions one sweeper transaction covers.
 const sweepGroup = 100
 
-// subscriptionIDs returns the id of every subscription.
-func subscriptionIDs(ctx context.Context, pool *sql.DB) ([]string, error) {
-	rows, err := pool.QueryContext(ctx, `SELECT id FROM subscriptions ORDER BY id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
-}
-
 // recoverLeases recovers expired leases of the given subscriptions. It
 // reads only their LEASED deliveries, through the claim index: as many as
 // the connections' capacities, never the whole table.
 func recoverLeases(ctx context.Context, tx *sql.Tx, subscriptionIDs []string, batch int, now time.Time) (int, error) {
 	query := `SELECT id, attempts >= attempt_budget FROM event_deliveries
-		WHERE subscription_id IN (` + placeholders(len(subscriptionIDs)) + `) AND state = 'LEASED' AND lease_until < ?`
+		WHERE subscription_id IN (` + db.Placeholders(len(subscriptionIDs)) + `) AND state = 'LEASED' AND lease_until < ?`
 	args := make([]any, 0, len(subscriptionIDs)+2)
 	for _, id := range subscriptionIDs {
 		args = append(args, id)
@@ -152,22 +134,18 @@ func recoverLeases(ctx context.Context, tx *sql.Tx, subscriptionIDs []string, ba
 	}
 	if len(toPending) > 0 {
 		if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'PENDING', revision = revision + 1,
-			lease_until = NULL, lease_session_id = NULL, available_at = ? WHERE id IN (`+placeholders(len(toPending))+`)`,
+			lease_until = NULL, lease_session_id = NULL, available_at = ? WHERE id IN (`+db.Placeholders(len(toPending))+`)`,
 			append([]any{now}, toPending...)...); err != nil {
 			return 0, err
 		}
 	}
 	if len(toExpired) > 0 {
 		if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'EXPIRED', revision = revision + 1,
-			lease_until = NULL, lease_session_id = NULL WHERE id IN (`+placeholders(len(toExpired))+`)`, toExpired...); err != nil {
+			lease_until = NULL, lease_session_id = NULL WHERE id IN (`+db.Placeholders(len(toExpired))+`)`, toExpired...); err != nil {
 			return 0, err
 		}
 	}
 	return len(toPending) + len(toExpired), nil
-}
-
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
 }
 
 // Lease is one delivery leased to an event connection, with what
@@ -281,7 +259,7 @@ func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
 		if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'LEASED', revision = revision + 1,
 			lease_epoch = lease_epoch + 1, attempts = attempts + 1, lease_until = ?, lease_session_id = ?,
 			lease_secret_digest = CASE id`+strings.Repeat(" WHEN ? THEN ?", len(picked))+` END
-			WHERE id IN (`+placeholders(len(picked))+`)`, args...); err != nil {
+			WHERE id IN (`+db.Placeholders(len(picked))+`)`, args...); err != nil {
 			return err
 		}
 		events, err := tasks.EventsBySequence(ctx, tx, queueID, sequences)
@@ -311,7 +289,7 @@ func pickPending(ctx context.Context, tx *sql.Tx, subscriptionID string, now tim
 		WHERE subscription_id = ? AND state = 'PENDING' AND available_at <= ?`
 	args := []any{subscriptionID, now}
 	if len(picked) > 0 {
-		query += ` AND id NOT IN (` + placeholders(len(picked)) + `)`
+		query += ` AND id NOT IN (` + db.Placeholders(len(picked)) + `)`
 		for _, d := range picked {
 			args = append(args, d.ID)
 		}
@@ -392,7 +370,7 @@ func AckBatch(ctx context.Context, pool *sql.DB, acks []*AckParams) ([]AckOutcom
 			args[i] = id
 		}
 		rows, err := tx.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM event_deliveries
-			WHERE id IN (`+placeholders(len(ids))+`) ORDER BY id FOR UPDATE`, args...)
+			WHERE id IN (`+db.Placeholders(len(ids))+`) ORDER BY id FOR UPDATE`, args...)
 		if err != nil {
 			return err
 		}
@@ -443,7 +421,7 @@ func AckBatch(ctx context.Context, pool *sql.DB, acks []*AckParams) ([]AckOutcom
 			audit = append(audit, d.ID, d.SubscriptionID, d.LeaseEpoch, sessions[i], now)
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'ACKED', revision = revision + 1,
-			acknowledged_at = ?, lease_until = NULL WHERE id IN (`+placeholders(len(acked))+`)`,
+			acknowledged_at = ?, lease_until = NULL WHERE id IN (`+db.Placeholders(len(acked))+`)`,
 			append([]any{now}, ackedIDs...)...); err != nil {
 			return err
 		}

@@ -126,23 +126,10 @@ func Materialize(ctx context.Context, pool *sql.DB, subscriptionID string, batch
 // what the background materialiser runs; errors of single subscriptions are
 // passed to onError and do not stop the others.
 func MaterializeAll(ctx context.Context, pool *sql.DB, batch int, onError func(subscriptionID string, err error)) (int, error) {
-	rows, err := pool.QueryContext(ctx, `SELECT s.id FROM subscriptions s JOIN queue_streams q ON q.queue_id = s.queue_id
+	ids, err := db.QueryStrings(ctx, pool, `SELECT s.id FROM subscriptions s JOIN queue_streams q ON q.queue_id = s.queue_id
 		WHERE s.enabled = 1 AND s.cursor_sequence < q.head_sequence`)
 	if err != nil {
 		return 0, fmt.Errorf("subscriptions: find behind: %w", err)
-	}
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, err
 	}
 	total := 0
 	for _, id := range ids {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/orbitrun/orbit/internal/db"
@@ -133,7 +132,7 @@ func EventsBySequence(ctx context.Context, q Querier, queueID string, sequences 
 	}
 	rows, err := q.QueryContext(ctx, `
 		SELECT id, sequence, type, task_id, task_revision, occurred_at, details, snapshot
-		FROM result_events WHERE queue_id = ? AND sequence IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(sequences)), ", ")+`)`, args...)
+		FROM result_events WHERE queue_id = ? AND sequence IN (`+db.Placeholders(len(sequences))+`)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: get events: %w", err)
 	}
@@ -258,18 +257,9 @@ func guardColumn(guard LiveDeliveryGuard) string {
 
 // StreamQueues returns the ids of every queue that has a log.
 func StreamQueues(ctx context.Context, pool *sql.DB) ([]string, error) {
-	rows, err := pool.QueryContext(ctx, `SELECT queue_id FROM queue_streams ORDER BY queue_id`)
+	ids, err := db.QueryStrings(ctx, pool, `SELECT queue_id FROM queue_streams ORDER BY queue_id`)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: list streams: %w", err)
 	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
+	return ids, nil
 }
