@@ -170,9 +170,9 @@ type ClaimParams struct {
 // SKIP LOCKED lets many connections claim from one subscription without
 // ever leasing a delivery twice. When PENDING deliveries do not fill the
 // free capacity, expired leases of the subscription are recovered and
-// leased in the same transaction. The leases are committed before Claim returns, so the
-// caller sends event.deliver only for persisted leases. A paused
-// subscription, or a closed session, gets nothing.
+// leased in the same transaction. The leases are committed before Claim
+// returns, so the caller sends event.deliver only for persisted leases. A
+// paused subscription, or a closed session, gets nothing.
 func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
 	var out []Lease
 	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
@@ -294,20 +294,7 @@ func pickPending(ctx context.Context, tx *sql.Tx, subscriptionID string, now tim
 			args = append(args, d.ID)
 		}
 	}
-	rows, err := tx.QueryContext(ctx, query+` ORDER BY sequence LIMIT ? FOR UPDATE SKIP LOCKED`, append(args, limit)...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*Delivery
-	for rows.Next() {
-		d, err := scanDelivery(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	return queryDeliveries(ctx, tx, query+` ORDER BY sequence LIMIT ? FOR UPDATE SKIP LOCKED`, append(args, limit)...)
 }
 
 // AckParams are one event.ack.
@@ -353,39 +340,27 @@ type AckOutcome struct {
 // ErrLeaseLost in its outcome. An error means nothing was recorded.
 func AckBatch(ctx context.Context, pool *sql.DB, acks []*AckParams) ([]AckOutcome, error) {
 	ids := make([]string, 0, len(acks))
-	seen := make(map[string]bool, len(acks))
 	for _, p := range acks {
-		if !seen[p.DeliveryID] {
-			seen[p.DeliveryID] = true
-			ids = append(ids, p.DeliveryID)
-		}
+		ids = append(ids, p.DeliveryID)
 	}
 	// Rows are locked in primary-key order, the same in every batch.
 	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
 	var outcomes []AckOutcome
 	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
 		outcomes = make([]AckOutcome, len(acks))
-		args := make([]any, len(ids))
-		for i, id := range ids {
-			args[i] = id
-		}
-		rows, err := tx.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM event_deliveries
+		locked, err := queryDeliveries(ctx, tx, `SELECT `+deliveryColumns+` FROM event_deliveries
 			WHERE id IN (`+db.Placeholders(len(ids))+`) ORDER BY id FOR UPDATE`, args...)
 		if err != nil {
 			return err
 		}
-		byID := make(map[string]*Delivery, len(ids))
-		for rows.Next() {
-			d, err := scanDelivery(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
+		byID := make(map[string]*Delivery, len(locked))
+		for _, d := range locked {
 			byID[d.ID] = d
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
 		}
 		now := db.Now()
 		var acked []*Delivery

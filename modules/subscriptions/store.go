@@ -256,16 +256,26 @@ func DeliveryList(ctx context.Context, q Querier, p *DeliveryListParams) ([]*Del
 	}
 	query += ` ORDER BY created_at DESC, id DESC LIMIT ?`
 	args = append(args, p.Limit+1)
-	rows, err := q.QueryContext(ctx, query, args...)
+	out, err := queryDeliveries(ctx, q, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("subscriptions: list deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// queryDeliveries runs a query that selects deliveryColumns and returns
+// the deliveries in order.
+func queryDeliveries(ctx context.Context, q Querier, query string, args ...any) ([]*Delivery, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var out []*Delivery
 	for rows.Next() {
 		d, err := scanDelivery(rows)
 		if err != nil {
-			return nil, fmt.Errorf("subscriptions: list deliveries: %w", err)
+			return nil, err
 		}
 		out = append(out, d)
 	}
