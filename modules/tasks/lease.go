@@ -278,7 +278,7 @@ func (s *Store) CompleteBatch(ctx context.Context, completions []*CompleteParams
 				repeats = append(repeats, i)
 				continue
 			}
-			if !validOutcome(p.Outcome) {
+			if !ValidOutcome(p.Outcome) {
 				outcomes[i].Err = errInvalidOutcome
 				continue
 			}
@@ -373,7 +373,9 @@ func (s *Store) applyOutcome(ctx context.Context, tx *sql.Tx, t *Task, p *Comple
 
 var errInvalidOutcome = httpx.Errorf(httpx.CodeInvalidArgument, "outcome must be succeeded, failed, needs_review or cancelled")
 
-func validOutcome(o string) bool {
+// ValidOutcome reports whether o is one of the four outcomes a worker may
+// report.
+func ValidOutcome(o string) bool {
 	switch o {
 	case OutcomeSucceeded, OutcomeFailed, OutcomeNeedsReview, OutcomeCancelled:
 		return true

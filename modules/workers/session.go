@@ -372,9 +372,7 @@ func (s *session) complete(f *wsx.Frame) {
 		return
 	}
 	params := &tasks.CompleteParams{Proof: proof, Outcome: *body.Outcome}
-	switch *body.Outcome {
-	case tasks.OutcomeSucceeded, tasks.OutcomeNeedsReview, tasks.OutcomeFailed, tasks.OutcomeCancelled:
-	default:
+	if !tasks.ValidOutcome(*body.Outcome) {
 		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeInvalidArgument, "body.outcome must be succeeded, failed, needs_review or cancelled"))
 		return
 	}
