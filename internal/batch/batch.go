@@ -73,3 +73,42 @@ func (b *Batcher[R]) Wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// Waiting bounds the requests one client (a connection) has waiting in a
+// Batcher and writes their answers apart from the batch, so that a client
+// slow to take its answers never holds up those of the others. Use
+// NewWaiting.
+type Waiting struct {
+	slots    chan struct{}
+	answered sync.WaitGroup
+}
+
+// NewWaiting returns a Waiting that admits up to max requests at once.
+func NewWaiting(max int) *Waiting {
+	return &Waiting{slots: make(chan struct{}, max)}
+}
+
+// Reserve waits for room for one more request and returns true, or returns
+// false when ctx ends first. Every true must be followed by one Answer.
+func (w *Waiting) Reserve(ctx context.Context) bool {
+	select {
+	case w.slots <- struct{}{}:
+		w.answered.Add(1)
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Answer runs answer in a goroutine of its own and then frees the room of
+// its request. It never blocks, so a Batcher's run may call it.
+func (w *Waiting) Answer(answer func()) {
+	go func() {
+		defer w.answered.Done()
+		defer func() { <-w.slots }()
+		answer()
+	}()
+}
+
+// Wait returns once every reserved request has been answered.
+func (w *Waiting) Wait() { w.answered.Wait() }

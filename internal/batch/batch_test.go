@@ -72,3 +72,26 @@ func TestWaitIsBoundedByItsContext(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestWaitingBoundsRequestsUntilAnswered(t *testing.T) {
+	t.Parallel()
+	w := NewWaiting(2)
+	ctx := context.Background()
+	if !w.Reserve(ctx) || !w.Reserve(ctx) {
+		t.Fatal("Reserve refused room below the bound")
+	}
+	full, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if w.Reserve(full) {
+		t.Fatal("Reserve admitted a third request with a bound of 2")
+	}
+	release := make(chan struct{})
+	w.Answer(func() { <-release })
+	w.Answer(func() {})
+	if !w.Reserve(ctx) {
+		t.Fatal("an answered request did not free its room")
+	}
+	w.Answer(func() {})
+	close(release)
+	w.Wait()
+}

@@ -5,10 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/batch"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/wsx"
@@ -67,10 +67,9 @@ type session struct {
 	authHeader   string
 	// freed is signalled after an ACK, so the dispatcher claims again.
 	freed chan struct{}
-	// ackSlots bounds the ACKs waiting for their commit; acks counts them
-	// so that the connection's handler ends after their answers.
-	ackSlots chan struct{}
-	acks     sync.WaitGroup
+	// acks are the ACKs waiting for their batch's commit; the
+	// connection's handler ends after their answers.
+	acks *batch.Waiting
 }
 
 // connect serves one event connection: hello, welcome, then requests until
@@ -177,7 +176,7 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) *session {
 	}
 	return &session{
 		m: m, c: c, id: id, subscription: sub, authHeader: authHeader,
-		freed: make(chan struct{}, 1), ackSlots: make(chan struct{}, acksPerConnection),
+		freed: make(chan struct{}, 1), acks: batch.NewWaiting(acksPerConnection),
 	}
 }
 
@@ -301,26 +300,16 @@ func (s *session) ack(f *wsx.Frame) bool {
 	// The request loop goes on while the ACK waits for its batch's commit;
 	// the reply follows that commit. A connection has at most
 	// acksPerConnection ACKs waiting.
-	select {
-	case s.ackSlots <- struct{}{}:
-	case <-s.c.Context().Done():
+	if !s.acks.Reserve(s.c.Context()) {
 		return false
 	}
-	s.acks.Add(1)
 	s.m.acks.Submit(&ackRequest{
 		params: subscriptions.AckParams{
 			SubscriptionID: s.subscription.ID, DeliveryID: *body.DeliveryID, Epoch: uint64(*body.Epoch),
 			Secret: body.LeaseSecret.Encode(), SessionID: s.id,
 		},
-		// The answer is written apart from the batch, so that a
-		// connection whose write queue is full never holds up the
-		// answers of the others.
 		done: func(res subscriptions.AckResult, err error) {
-			go func() {
-				defer s.acks.Done()
-				defer func() { <-s.ackSlots }()
-				s.acked(f, res, err)
-			}()
+			s.acks.Answer(func() { s.acked(f, res, err) })
 		},
 	})
 	return true

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/batch"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/wsx"
@@ -119,10 +119,9 @@ type session struct {
 	// freed is signalled when a lease of this session ends, so the
 	// dispatcher can lease again at once.
 	freed chan struct{}
-	// completeSlots bounds the completions waiting for their commit;
-	// completions counts them so that the handler ends after their answers.
-	completeSlots chan struct{}
-	completions   sync.WaitGroup
+	// completions are the completions waiting for their batch's commit;
+	// the handler ends after their answers.
+	completions *batch.Waiting
 }
 
 // connect serves one worker connection: hello, welcome, then requests until
@@ -256,7 +255,7 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) (*session, error) {
 		return nil, err
 	}
 	return &session{m: m, c: c, id: id, queueID: *body.QueueID, authHeader: authHeader,
-		freed: make(chan struct{}, 1), completeSlots: make(chan struct{}, completionsPerConnection)}, nil
+		freed: make(chan struct{}, 1), completions: batch.NewWaiting(completionsPerConnection)}, nil
 }
 
 // handle answers one client frame. It returns false when the connection is
@@ -392,18 +391,11 @@ func (s *session) complete(f *wsx.Frame) {
 	}
 	// The request loop goes on while the completion waits for its batch's
 	// commit; the reply follows that commit.
-	select {
-	case s.completeSlots <- struct{}{}:
-	case <-s.c.Context().Done():
+	if !s.completions.Reserve(s.c.Context()) {
 		return
 	}
-	s.completions.Add(1)
-	// The answer is written apart from the batch, so that a connection
-	// whose write queue is full never holds up the answers of the others.
 	s.m.completes.Submit(&completeRequest{params: *params, done: func(o tasks.CompleteOutcome) {
-		go func() {
-			defer s.completions.Done()
-			defer func() { <-s.completeSlots }()
+		s.completions.Answer(func() {
 			if o.Err != nil {
 				s.sendStoreError(f, o.Err)
 				return
@@ -412,7 +404,7 @@ func (s *session) complete(f *wsx.Frame) {
 				s.signalFreed()
 			}
 			s.reply(f, o.Reply)
-		}()
+		})
 	}})
 }
 
