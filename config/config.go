@@ -8,10 +8,7 @@
 package config
 
 import (
-	"fmt"
 	"time"
-
-	"github.com/hashicorp/go-multierror"
 )
 
 // Defaults of the core sections.
@@ -84,25 +81,17 @@ func Default() *Config {
 
 // Validate returns every problem of the core sections, each naming its key.
 func (c *Config) Validate() error {
-	var errs *multierror.Error
-	add := func(key, format string, args ...any) {
-		errs = multierror.Append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
-	}
+	problems := NewProblems("")
+	add := problems.Add
 	if c.Server.Listen == "" {
 		add("server.listen", "must not be empty")
 	}
-	if c.Server.RequestDeadline <= 0 {
-		add("server.request_deadline", "must be positive, got %s", c.Server.RequestDeadline)
-	}
-	if c.Server.ShutdownTimeout <= 0 {
-		add("server.shutdown_timeout", "must be positive, got %s", c.Server.ShutdownTimeout)
-	}
+	problems.Positive("server.request_deadline", c.Server.RequestDeadline)
+	problems.Positive("server.shutdown_timeout", c.Server.ShutdownTimeout)
 	if (c.Server.TLSCertFile == "") != (c.Server.TLSKeyFile == "") {
 		add("server.tls_cert_file", "tls_cert_file and tls_key_file must be set together")
 	}
-	if c.Database.MaxOpenConns < 1 {
-		add("database.max_open_conns", "must be at least 1, got %d", c.Database.MaxOpenConns)
-	}
+	problems.AtLeastOne("database.max_open_conns", c.Database.MaxOpenConns)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -113,7 +102,7 @@ func (c *Config) Validate() error {
 	default:
 		add("log.format", "must be text or json, got %q", c.Log.Format)
 	}
-	return errs.ErrorOrNil()
+	return problems.Err()
 }
 
 // URL returns the address clients should use to reach this server.

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
-	"github.com/hashicorp/go-multierror"
 
+	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/batch"
 	"github.com/orbitrun/orbit/internal/httpx"
@@ -122,34 +122,24 @@ func (m *Module) Config() any { return &m.cfg }
 
 // Validate checks the section and returns every problem.
 func (m *Module) Validate() error {
-	var errs *multierror.Error
-	positive := func(key string, d time.Duration) {
-		if d <= 0 {
-			errs = multierror.Append(errs, fmt.Errorf("events.%s: must be positive, got %s", key, d))
-		}
-	}
-	atLeastOne := func(key string, n int) {
-		if n < 1 {
-			errs = multierror.Append(errs, fmt.Errorf("events.%s: must be at least 1, got %d", key, n))
-		}
-	}
-	positive("lease_duration", m.cfg.LeaseDuration)
-	positive("heartbeat_interval", m.cfg.HeartbeatInterval)
-	positive("hello_timeout", m.cfg.HelloTimeout)
-	positive("idle_timeout", m.cfg.IdleTimeout)
-	positive("write_timeout", m.cfg.WriteTimeout)
-	positive("poll_interval", m.cfg.PollInterval)
-	atLeastOne("max_connections", m.cfg.MaxConnections)
-	atLeastOne("read_queue", m.cfg.ReadQueue)
-	atLeastOne("write_queue", m.cfg.WriteQueue)
-	atLeastOne("claims_in_flight", m.cfg.ClaimsInFlight)
-	atLeastOne("claims_per_app", m.cfg.ClaimsPerApp)
-	atLeastOne("claims_queued", m.cfg.ClaimsQueued)
-	atLeastOne("claims_per_round", m.cfg.ClaimsPerRound)
+	p := config.NewProblems("events")
+	p.Positive("lease_duration", m.cfg.LeaseDuration)
+	p.Positive("heartbeat_interval", m.cfg.HeartbeatInterval)
+	p.Positive("hello_timeout", m.cfg.HelloTimeout)
+	p.Positive("idle_timeout", m.cfg.IdleTimeout)
+	p.Positive("write_timeout", m.cfg.WriteTimeout)
+	p.Positive("poll_interval", m.cfg.PollInterval)
+	p.AtLeastOne("max_connections", m.cfg.MaxConnections)
+	p.AtLeastOne("read_queue", m.cfg.ReadQueue)
+	p.AtLeastOne("write_queue", m.cfg.WriteQueue)
+	p.AtLeastOne("claims_in_flight", m.cfg.ClaimsInFlight)
+	p.AtLeastOne("claims_per_app", m.cfg.ClaimsPerApp)
+	p.AtLeastOne("claims_queued", m.cfg.ClaimsQueued)
+	p.AtLeastOne("claims_per_round", m.cfg.ClaimsPerRound)
 	if m.cfg.HeartbeatInterval >= m.cfg.IdleTimeout {
-		errs = multierror.Append(errs, fmt.Errorf("events.heartbeat_interval: must be shorter than idle_timeout"))
+		p.Add("heartbeat_interval", "must be shorter than idle_timeout")
 	}
-	return errs.ErrorOrNil()
+	return p.Err()
 }
 
 // Provision connects the module to the subscriptions and tasks modules and

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
-	"github.com/hashicorp/go-multierror"
 
+	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/bg"
 	"github.com/orbitrun/orbit/internal/wake"
@@ -85,20 +85,12 @@ func (m *Module) Config() any { return &m.cfg }
 
 // Validate checks the section and returns every problem.
 func (m *Module) Validate() error {
-	var errs *multierror.Error
-	if m.cfg.MaterializeInterval <= 0 {
-		errs = multierror.Append(errs, fmt.Errorf("subscriptions.materialize_interval: must be positive"))
-	}
-	if m.cfg.RecoverInterval <= 0 {
-		errs = multierror.Append(errs, fmt.Errorf("subscriptions.recover_interval: must be positive"))
-	}
-	if m.cfg.MaterializeBatch < 1 {
-		errs = multierror.Append(errs, fmt.Errorf("subscriptions.materialize_batch: must be at least 1"))
-	}
-	if m.cfg.RecoverBatch < 1 {
-		errs = multierror.Append(errs, fmt.Errorf("subscriptions.recover_batch: must be at least 1"))
-	}
-	return errs.ErrorOrNil()
+	p := config.NewProblems("subscriptions")
+	p.Positive("materialize_interval", m.cfg.MaterializeInterval)
+	p.Positive("recover_interval", m.cfg.RecoverInterval)
+	p.AtLeastOne("materialize_batch", m.cfg.MaterializeBatch)
+	p.AtLeastOne("recover_batch", m.cfg.RecoverBatch)
+	return p.Err()
 }
 
 // Provision connects the module to the tasks module and protects events

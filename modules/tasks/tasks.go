@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
-	"github.com/hashicorp/go-multierror"
 
+	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/bg"
 	"github.com/orbitrun/orbit/internal/db"
@@ -92,27 +92,18 @@ func (m *Module) Config() any { return &m.cfg }
 
 // Validate checks the section and returns every problem.
 func (m *Module) Validate() error {
-	var errs *multierror.Error
-	positive := func(key string, d time.Duration) {
-		if d <= 0 {
-			errs = multierror.Append(errs, fmt.Errorf("tasks.%s: must be positive, got %s", key, d))
-		}
-	}
-	positive("retention", m.cfg.Retention)
-	positive("retention_interval", m.cfg.RetentionInterval)
-	positive("sweep_interval", m.cfg.SweepInterval)
-	positive("retry_backoff_min", m.cfg.RetryBackoffMin)
-	positive("retry_backoff_max", m.cfg.RetryBackoffMax)
+	p := config.NewProblems("tasks")
+	p.Positive("retention", m.cfg.Retention)
+	p.Positive("retention_interval", m.cfg.RetentionInterval)
+	p.Positive("sweep_interval", m.cfg.SweepInterval)
+	p.Positive("retry_backoff_min", m.cfg.RetryBackoffMin)
+	p.Positive("retry_backoff_max", m.cfg.RetryBackoffMax)
 	if m.cfg.RetryBackoffMax < m.cfg.RetryBackoffMin {
-		errs = multierror.Append(errs, fmt.Errorf("tasks.retry_backoff_max: must be at least retry_backoff_min"))
+		p.Add("retry_backoff_max", "must be at least retry_backoff_min")
 	}
-	if m.cfg.RetentionBatch < 1 {
-		errs = multierror.Append(errs, fmt.Errorf("tasks.retention_batch: must be at least 1"))
-	}
-	if m.cfg.SweepBatch < 1 {
-		errs = multierror.Append(errs, fmt.Errorf("tasks.sweep_batch: must be at least 1"))
-	}
-	return errs.ErrorOrNil()
+	p.AtLeastOne("retention_batch", m.cfg.RetentionBatch)
+	p.AtLeastOne("sweep_batch", m.cfg.SweepBatch)
+	return p.Err()
 }
 
 // Provision builds the store.

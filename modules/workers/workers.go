@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
-	"github.com/hashicorp/go-multierror"
 
+	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/batch"
 	"github.com/orbitrun/orbit/internal/httpx"
@@ -89,24 +89,17 @@ func (m *Module) Config() any { return &m.cfg }
 
 // Validate checks the section and returns every problem.
 func (m *Module) Validate() error {
-	var errs *multierror.Error
-	positive := func(key string, d time.Duration) {
-		if d <= 0 {
-			errs = multierror.Append(errs, fmt.Errorf("workers.%s: must be positive, got %s", key, d))
-		}
-	}
-	positive("lease_duration", m.cfg.LeaseDuration)
-	positive("heartbeat_interval", m.cfg.HeartbeatInterval)
-	positive("hello_timeout", m.cfg.HelloTimeout)
-	positive("idle_timeout", m.cfg.IdleTimeout)
-	positive("poll_interval", m.cfg.PollInterval)
+	p := config.NewProblems("workers")
+	p.Positive("lease_duration", m.cfg.LeaseDuration)
+	p.Positive("heartbeat_interval", m.cfg.HeartbeatInterval)
+	p.Positive("hello_timeout", m.cfg.HelloTimeout)
+	p.Positive("idle_timeout", m.cfg.IdleTimeout)
+	p.Positive("poll_interval", m.cfg.PollInterval)
 	if m.cfg.HeartbeatInterval >= m.cfg.LeaseDuration {
-		errs = multierror.Append(errs, fmt.Errorf("workers.heartbeat_interval: must be shorter than lease_duration"))
+		p.Add("heartbeat_interval", "must be shorter than lease_duration")
 	}
-	if m.cfg.MaxConnections < 1 {
-		errs = multierror.Append(errs, fmt.Errorf("workers.max_connections: must be at least 1"))
-	}
-	return errs.ErrorOrNil()
+	p.AtLeastOne("max_connections", m.cfg.MaxConnections)
+	return p.Err()
 }
 
 // Provision connects the module to the tasks module and builds the entry.
