@@ -10,10 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/servertest"
-	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/events"
 	"github.com/orbitrun/orbit/modules/subscriptions"
 	"github.com/orbitrun/orbit/modules/tasks"
@@ -34,16 +32,12 @@ type consumerEnv struct {
 
 // eventsSection changes the events section of a test server.
 func eventsSection(change func(*events.Config)) servertest.Option {
-	return func(_ *config.Config, in modules.Instances) {
-		change(in["events"].(*events.Module).Config().(*events.Config))
-	}
+	return servertest.ModuleConfig("events", change)
 }
 
 // subscriptionsSection changes the subscriptions section of a test server.
 func subscriptionsSection(change func(*subscriptions.Config)) servertest.Option {
-	return func(_ *config.Config, in modules.Instances) {
-		change(in["subscriptions"].(*subscriptions.Module).Config().(*subscriptions.Config))
-	}
+	return servertest.ModuleConfig("subscriptions", change)
 }
 
 // setupConsumer starts a server whose event connections poll every

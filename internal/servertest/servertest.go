@@ -219,3 +219,20 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.buf.Write(p)
 }
+
+// ModuleConfig changes the config section of module id, of type C, before
+// the server starts.
+func ModuleConfig[C any](id string, change func(*C)) Option {
+	return func(_ *config.Config, in modules.Instances) {
+		change(in[id].(modules.Configurer).Config().(*C))
+	}
+}
+
+// RenameTable renames a table of the server's database, so that the
+// statements using it fail until it is renamed back.
+func (s *Server) RenameTable(t testing.TB, from, to string) {
+	t.Helper()
+	if _, err := s.DB.Exec("RENAME TABLE " + from + " TO " + to); err != nil {
+		t.Fatalf("servertest: rename %s to %s: %v", from, to, err)
+	}
+}

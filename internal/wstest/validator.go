@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -113,3 +114,18 @@ func (v *Validator) ValidateClient(frame []byte) error { return v.Validate(Clien
 
 // ValidateServer is Validate(ServerFrame, frame).
 func (v *Validator) ValidateServer(frame []byte) error { return v.Validate(ServerFrame, frame) }
+
+// LoadOnce returns a function that compiles the schema at path on its first
+// call, for the whole test binary, and fails the calling test if it could
+// not.
+func LoadOnce(path string) func(testing.TB) *Validator {
+	load := sync.OnceValues(func() (*Validator, error) { return LoadValidator(path) })
+	return func(t testing.TB) *Validator {
+		t.Helper()
+		v, err := load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}

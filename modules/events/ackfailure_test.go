@@ -1,7 +1,6 @@
 package events_test
 
 import (
-	"context"
 	"testing"
 )
 
@@ -22,7 +21,7 @@ func TestE15_AckTransactionFailureIsUnavailableAndCloses(t *testing.T) {
 	d := c.deliver(t)
 
 	// Without its audit table, the batch's transaction fails.
-	e.renameTable(t, "delivery_acks", "delivery_acks_away")
+	e.srv.RenameTable(t, "delivery_acks", "delivery_acks_away")
 	ack := c.NewFrame(typeAck, d.proof())
 	c.SendFrame(ack)
 	answer := c.Reply(ack.MessageID)
@@ -39,7 +38,7 @@ func TestE15_AckTransactionFailureIsUnavailableAndCloses(t *testing.T) {
 	if n := e.count(t, `SELECT COUNT(*) FROM delivery_acks_away`); n != 0 {
 		t.Fatalf("%d delivery_acks rows after the failed ACK, want 0", n)
 	}
-	e.renameTable(t, "delivery_acks_away", "delivery_acks")
+	e.srv.RenameTable(t, "delivery_acks_away", "delivery_acks")
 
 	later := e.connect(t, e.cred, sub, 1)
 	r := later.acked(t, d.proof())
@@ -54,14 +53,5 @@ func TestE15_AckTransactionFailureIsUnavailableAndCloses(t *testing.T) {
 	}
 	if n := e.count(t, `SELECT COUNT(*) FROM delivery_acks WHERE delivery_id = ? AND session_id = ?`, d.Delivery.ID, later.session); n != 1 {
 		t.Fatalf("the ACK is not recorded for the new session %s", later.session)
-	}
-}
-
-// renameTable renames a table of the test's database, to make the
-// statements that use it fail until it is renamed back.
-func (e *env) renameTable(t testing.TB, from, to string) {
-	t.Helper()
-	if _, err := e.srv.DB.ExecContext(context.Background(), "RENAME TABLE "+from+" TO "+to); err != nil {
-		t.Fatalf("rename %s to %s: %v", from, to, err)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -73,23 +72,11 @@ const (
 	closeTooBig          = 1009
 )
 
-var (
-	validatorOnce sync.Once
-	validator     *wstest.Validator
-	validatorErr  error
-	// recorder receives every frame of every test in the package.
-	recorder = &wstest.Recorder{}
-)
+// recorder receives every frame of every test in the package.
+var recorder = &wstest.Recorder{}
 
 // schema returns the protocol's schema, compiled once per test binary.
-func schema(t testing.TB) *wstest.Validator {
-	t.Helper()
-	validatorOnce.Do(func() { validator, validatorErr = wstest.LoadValidator(schemaPath) })
-	if validatorErr != nil {
-		t.Fatal(validatorErr)
-	}
-	return validator
-}
+var schema = wstest.LoadOnce(schemaPath)
 
 // env is a real server on a fresh database and a credential of namespace
 // "ns" that may use subscriptions on the queue "q".
@@ -101,16 +88,12 @@ type env struct {
 
 // eventsConfig changes the events section of a test server.
 func eventsConfig(change func(*events.Config)) servertest.Option {
-	return func(_ *config.Config, in modules.Instances) {
-		change(in["events"].(*events.Module).Config().(*events.Config))
-	}
+	return servertest.ModuleConfig("events", change)
 }
 
 // subscriptionsConfig changes the subscriptions section of a test server.
 func subscriptionsConfig(change func(*subscriptions.Config)) servertest.Option {
-	return func(_ *config.Config, in modules.Instances) {
-		change(in["subscriptions"].(*subscriptions.Module).Config().(*subscriptions.Config))
-	}
+	return servertest.ModuleConfig("subscriptions", change)
 }
 
 // shortLeases makes leases last shortLease and the sweeper recover them

@@ -14,11 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/servertest"
-	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/admin"
 	"github.com/orbitrun/orbit/modules/subscriptions"
 	"github.com/orbitrun/orbit/modules/tasks"
@@ -71,14 +69,13 @@ type env struct {
 
 func start(t *testing.T, opts ...func(*subscriptions.Config)) *env {
 	t.Helper()
-	srv := servertest.Start(t, func(_ *config.Config, in modules.Instances) {
-		cfg := in["subscriptions"].(*subscriptions.Module).Config().(*subscriptions.Config)
+	srv := servertest.Start(t, servertest.ModuleConfig("subscriptions", func(cfg *subscriptions.Config) {
 		cfg.MaterializeInterval = 50 * time.Millisecond
 		cfg.RecoverInterval = time.Hour
 		for _, o := range opts {
 			o(cfg)
 		}
-	})
+	}))
 	return &env{
 		srv:   srv,
 		mod:   srv.Instances["subscriptions"].(*subscriptions.Module),

@@ -14,11 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/doctest"
 	"github.com/orbitrun/orbit/internal/servertest"
-	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/tasks"
 )
 
@@ -47,9 +45,7 @@ type env struct {
 
 func startServer(t *testing.T) *env {
 	t.Helper()
-	srv := servertest.Start(t, func(_ *config.Config, in modules.Instances) {
-		in["tasks"].(*tasks.Module).Config().(*tasks.Config).SweepInterval = time.Hour
-	})
+	srv := servertest.Start(t, servertest.ModuleConfig("tasks", func(c *tasks.Config) { c.SweepInterval = time.Hour }))
 	return &env{srv: srv, store: srv.Instances["tasks"].(*tasks.Module).Store()}
 }
 

@@ -1,7 +1,6 @@
 package workers_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/orbitrun/orbit/modules/tasks"
@@ -22,7 +21,7 @@ func TestCompleteTransactionFailureIsUnavailableAndKeepsTheConnection(t *testing
 
 	// Without the result log, the completion's event cannot be appended
 	// and the batch's transaction fails.
-	e.renameTable(t, "result_events", "result_events_away")
+	e.srv.RenameTable(t, "result_events", "result_events_away")
 	f := w.NewFrame(typeComplete, body)
 	answer := w.Reply(w.SendFrame(f))
 	wantError(t, answer, "UNAVAILABLE")
@@ -36,7 +35,7 @@ func TestCompleteTransactionFailureIsUnavailableAndKeepsTheConnection(t *testing
 	if n := e.count(t, `SELECT COUNT(*) FROM tasks WHERE id = ? AND state = 'RUNNING' AND revision = 2`, id); n != 1 {
 		t.Fatalf("the failed completion changed task %s", id)
 	}
-	e.renameTable(t, "result_events_away", "result_events")
+	e.srv.RenameTable(t, "result_events_away", "result_events")
 
 	ack := wantCompleteAck(t, w.complete(t, body))
 	want := completeAck{TaskID: id, AttemptID: a.AttemptID, Outcome: tasks.OutcomeSucceeded, State: tasks.StateSucceeded, Revision: "3"}
@@ -45,14 +44,5 @@ func TestCompleteTransactionFailureIsUnavailableAndKeepsTheConnection(t *testing
 	}
 	if evs := eventSummary(e.events(t, id)); len(evs) != 1 || evs[0] != "task.succeeded/SUCCEEDED/COMPLETED" {
 		t.Fatalf("events %v, want one task.succeeded", evs)
-	}
-}
-
-// renameTable renames a table of the test's database, to make the
-// statements that use it fail until it is renamed back.
-func (e *env) renameTable(t *testing.T, from, to string) {
-	t.Helper()
-	if _, err := e.srv.DB.ExecContext(context.Background(), "RENAME TABLE "+from+" TO "+to); err != nil {
-		t.Fatalf("rename %s to %s: %v", from, to, err)
 	}
 }

@@ -15,11 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/servertest"
 	"github.com/orbitrun/orbit/internal/wstest"
-	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/tasks"
 	"github.com/orbitrun/orbit/modules/workers"
 )
@@ -64,21 +62,8 @@ const (
 	closeTooBig          = 1009
 )
 
-var (
-	validatorOnce sync.Once
-	validator     *wstest.Validator
-	validatorErr  error
-)
-
 // schema returns the protocol's schema, compiled once per test binary.
-func schema(t testing.TB) *wstest.Validator {
-	t.Helper()
-	validatorOnce.Do(func() { validator, validatorErr = wstest.LoadValidator(schemaPath) })
-	if validatorErr != nil {
-		t.Fatal(validatorErr)
-	}
-	return validator
-}
+var schema = wstest.LoadOnce(schemaPath)
 
 // env is a real server on a fresh database and a credential that may work
 // the queue "q".
@@ -90,16 +75,12 @@ type env struct {
 
 // workersConfig changes the workers section of a test server.
 func workersConfig(change func(*workers.Config)) servertest.Option {
-	return func(_ *config.Config, in modules.Instances) {
-		change(in["workers"].(*workers.Module).Config().(*workers.Config))
-	}
+	return servertest.ModuleConfig("workers", change)
 }
 
 // tasksConfig changes the tasks section of a test server.
 func tasksConfig(change func(*tasks.Config)) servertest.Option {
-	return func(_ *config.Config, in modules.Instances) {
-		change(in["tasks"].(*tasks.Module).Config().(*tasks.Config))
-	}
+	return servertest.ModuleConfig("tasks", change)
 }
 
 // setup starts a server whose dispatchers poll every pollInterval, with the
