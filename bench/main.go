@@ -144,10 +144,7 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 		}
 		step("%s", r.drain.summary())
 		if len(o.only) > 0 {
-			d := r.drain
-			fmt.Fprintf(os.Stderr, "CPU bench %.0f %% · mysqld %.0f %% · statements/event %.1f\n%s\n%s\n",
-				cpuShare(d.Cost.SelfCPU, d.Cost.Elapsed), cpuShare(d.Cost.MysqldCPU, d.Cost.Elapsed),
-				float64(d.Cost.Questions)/float64(o.drainEvents), d.DBSamples, d.ProfileTop)
+			fmt.Fprintf(os.Stderr, "%s\n%s\n%s\n", costLine(r.drain.Cost, r.drain.Events), r.drain.DBSamples, r.drain.ProfileTop)
 		}
 	}
 
@@ -166,10 +163,7 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 		}
 		step("%s", r.live.summary())
 		if len(o.only) > 0 {
-			c := r.live.Cost
-			fmt.Fprintf(os.Stderr, "CPU bench %.0f %% · mysqld %.0f %% · statements/result %.1f · commits/result %.2f\n%s\n",
-				cpuShare(c.SelfCPU, c.Elapsed), cpuShare(c.MysqldCPU, c.Elapsed),
-				float64(c.Questions)/float64(o.liveTasks), float64(c.ComCommit)/float64(o.liveTasks), r.live.DBSamples)
+			fmt.Fprintf(os.Stderr, "%s\n%s\n", costLine(r.live.Cost, r.live.Tasks), r.live.DBSamples)
 		}
 	}
 
@@ -184,10 +178,7 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 		if r.latency, err = runLatency(ctx, e, levels, o.latencyDur, func(x latencyResult) {
 			step("%s", x.summary())
 			if len(o.only) > 0 {
-				fmt.Fprintf(os.Stderr, "CPU bench %.0f %% · mysqld %.0f %% · statements/result %.1f · commits/result %.2f\n",
-					cpuShare(x.Cost.SelfCPU, x.Cost.Elapsed), cpuShare(x.Cost.MysqldCPU, x.Cost.Elapsed),
-					float64(x.Cost.Questions)/float64(x.Committed), float64(x.Cost.ComCommit)/float64(x.Committed))
-				fmt.Fprintln(os.Stderr, x.DBSamples)
+				fmt.Fprintf(os.Stderr, "%s\n%s\n", costLine(x.Cost, int(x.Committed)), x.DBSamples)
 			}
 		}); err != nil {
 			return err

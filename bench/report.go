@@ -136,6 +136,17 @@ func perItemHandler(c cost, items int) string {
 	return fmt.Sprintf("%.2f (Handler_commit) · %.2f", float64(c.HandlerCommit)/float64(items), float64(c.LogFsyncs)/float64(items))
 }
 
+// costLine is what -only prints for a row: commits and fsyncs, statements
+// per item and CPU, as the table's columns show them.
+func costLine(c cost, items int) string {
+	statements := "-"
+	if items > 0 {
+		statements = fmt.Sprintf("%.1f", float64(c.Questions)/float64(items))
+	}
+	return fmt.Sprintf("commits · fsyncs per item %s · statements per item %s · CPU bench · mysqld · other %s",
+		perItem(c, items), statements, cpu(c))
+}
+
 func cpu(c cost) string {
 	other := max(c.MachineCPU-c.SelfCPU-c.MysqldCPU, 0)
 	return fmt.Sprintf("%.0f · %.0f · %.0f %%", cpuShare(c.SelfCPU, c.Elapsed), cpuShare(c.MysqldCPU, c.Elapsed), cpuShare(other, c.Elapsed))
