@@ -202,13 +202,12 @@ func runLatency(ctx context.Context, e *env, levels []loadLevel, dur time.Durati
 		_ = waitFor(ctx, 20*time.Second, 5*time.Millisecond, "deliveries", func() (bool, error) {
 			return lats[li].n.Load() >= want, cs.err()
 		})
+		r.DBSamples = sampler.finish(12)
 		after, err := e.snapshot(ctx)
 		if err != nil {
 			return nil, err
 		}
 		r.Cost = before.to(after)
-		r.DBSamples = sampler.finish(12)
-		sampler.stop()
 		r.Received = int(lats[li].n.Load())
 		r.Duplicates = lats[li].dups.Load()
 		r.P50, r.P95, r.P99, r.Max = lats[li].percentiles()
