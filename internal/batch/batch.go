@@ -6,6 +6,7 @@ package batch
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Batcher hands queued requests to run, at most max at a time, from at
@@ -112,3 +113,33 @@ func (w *Waiting) Answer(answer func()) {
 
 // Wait returns once every reserved request has been answered.
 func (w *Waiting) Wait() { w.answered.Wait() }
+
+// Request is one request of a Batcher whose run records the whole batch
+// with one call (one transaction). Done receives the request's outcome, or
+// the error of that call; it runs on the batch's goroutine and must not
+// block.
+type Request[P, O any] struct {
+	Params P
+	Done   func(O, error)
+}
+
+// Record calls record once with the params of every request, bounded by
+// timeout, and hands each request its outcome, or record's error to all of
+// them. The call is not tied to any client: a request is recorded even
+// when its client went away meanwhile, so a later repeat finds it.
+func Record[P, O any](requests []*Request[P, O], timeout time.Duration, record func(context.Context, []*P) ([]O, error)) {
+	params := make([]*P, len(requests))
+	for i, r := range requests {
+		params[i] = &r.Params
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	outcomes, err := record(ctx, params)
+	cancel()
+	for i, r := range requests {
+		var o O
+		if err == nil {
+			o = outcomes[i]
+		}
+		r.Done(o, err)
+	}
+}

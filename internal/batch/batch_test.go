@@ -2,6 +2,9 @@ package batch
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -94,4 +97,41 @@ func TestWaitingBoundsRequestsUntilAnswered(t *testing.T) {
 	w.Answer(func() {})
 	close(release)
 	w.Wait()
+}
+
+func TestRecordHandsEachRequestItsOutcomeOrTheCallsError(t *testing.T) {
+	t.Parallel()
+	var got []string
+	requests := func() []*Request[int, string] {
+		got = make([]string, 3)
+		var out []*Request[int, string]
+		for i := range 3 {
+			out = append(out, &Request[int, string]{Params: i * 10, Done: func(o string, err error) {
+				if err != nil {
+					o = "error: " + err.Error()
+				}
+				got[i] = o
+			}})
+		}
+		return out
+	}
+	Record(requests(), time.Second, func(ctx context.Context, params []*int) ([]string, error) {
+		if _, ok := ctx.Deadline(); !ok {
+			t.Error("record's context has no deadline")
+		}
+		var out []string
+		for _, p := range params {
+			out = append(out, fmt.Sprint(*p))
+		}
+		return out, nil
+	})
+	if want := []string{"0", "10", "20"}; !slices.Equal(got, want) {
+		t.Errorf("outcomes %q, want %q", got, want)
+	}
+	Record(requests(), time.Second, func(context.Context, []*int) ([]string, error) {
+		return nil, errors.New("down")
+	})
+	if want := []string{"error: down", "error: down", "error: down"}; !slices.Equal(got, want) {
+		t.Errorf("outcomes %q, want %q", got, want)
+	}
 }

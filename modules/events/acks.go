@@ -27,46 +27,22 @@ const (
 	acksPerConnection = 2 * MaxCapacity
 )
 
-// ackRequest is one event.ack waiting for its batch; done runs once with
-// its outcome, or with the batch's error when nothing was recorded. done
-// runs on the batch's goroutine and must not block.
-type ackRequest struct {
-	params subscriptions.AckParams
-	done   func(subscriptions.AckResult, error)
-}
+// ackRequest is one event.ack waiting for its batch.
+type ackRequest = batch.Request[subscriptions.AckParams, subscriptions.AckOutcome]
 
 // newAckBatcher returns the node's ACK batcher; acked runs after a batch
-// that acknowledged at least one delivery.
+// that acknowledged at least one delivery, before its ACKs are answered.
 func newAckBatcher(pool *sql.DB, acked func()) *batch.Batcher[*ackRequest] {
 	return batch.New(ackFlushers, maxAckBatch, func(requests []*ackRequest) {
-		recordAcks(pool, requests, acked)
+		batch.Record(requests, ackTimeout, func(ctx context.Context, params []*subscriptions.AckParams) ([]subscriptions.AckOutcome, error) {
+			outcomes, err := subscriptions.AckBatch(ctx, pool, params)
+			for _, o := range outcomes {
+				if o.Err == nil && !o.Result.Deduplicated {
+					acked()
+					break
+				}
+			}
+			return outcomes, err
+		})
 	})
-}
-
-// recordAcks runs one batch's transaction and answers every request in it.
-func recordAcks(pool *sql.DB, requests []*ackRequest, acked func()) {
-	params := make([]*subscriptions.AckParams, len(requests))
-	for i, r := range requests {
-		params[i] = &r.params
-	}
-	// The ACKs are recorded even when their connections end meanwhile:
-	// the proofs were valid, and a later repeat is deduplicated.
-	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
-	outcomes, err := subscriptions.AckBatch(ctx, pool, params)
-	cancel()
-	if err != nil {
-		for _, r := range requests {
-			r.done(subscriptions.AckResult{}, err)
-		}
-		return
-	}
-	freed := false
-	for i, r := range requests {
-		o := outcomes[i]
-		freed = freed || (o.Err == nil && !o.Result.Deduplicated)
-		r.done(o.Result, o.Err)
-	}
-	if freed {
-		acked()
-	}
 }

@@ -304,12 +304,15 @@ func (s *session) ack(f *wsx.Frame) bool {
 		return false
 	}
 	s.m.acks.Submit(&ackRequest{
-		params: subscriptions.AckParams{
+		Params: subscriptions.AckParams{
 			SubscriptionID: s.subscription.ID, DeliveryID: *body.DeliveryID, Epoch: uint64(*body.Epoch),
 			Secret: body.LeaseSecret.Encode(), SessionID: s.id,
 		},
-		done: func(res subscriptions.AckResult, err error) {
-			s.acks.Answer(func() { s.acked(f, res, err) })
+		Done: func(o subscriptions.AckOutcome, err error) {
+			if err == nil {
+				err = o.Err
+			}
+			s.acks.Answer(func() { s.acked(f, o.Result, err) })
 		},
 	})
 	return true

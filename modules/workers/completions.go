@@ -26,36 +26,20 @@ const (
 	completionsPerConnection = MaxCapacity
 )
 
-// completeRequest is one task.complete waiting for its batch; done runs
-// once with its outcome, on the batch's goroutine, and must not block.
-type completeRequest struct {
-	params tasks.CompleteParams
-	done   func(tasks.CompleteOutcome)
-}
+// completeRequest is one task.complete waiting for its batch.
+type completeRequest = batch.Request[tasks.CompleteParams, tasks.CompleteOutcome]
 
 // newCompleteBatcher returns the node's completion batcher.
 func (m *Module) newCompleteBatcher() *batch.Batcher[*completeRequest] {
-	return batch.New(completeFlushers, maxCompleteBatch, m.applyCompletions)
+	return batch.New(completeFlushers, maxCompleteBatch, func(requests []*completeRequest) {
+		batch.Record(requests, completeTimeout, m.applyCompletions)
+	})
 }
 
-// applyCompletions runs one batch's transaction, wakes whoever waits for
-// what it changed, and answers every request in it.
-func (m *Module) applyCompletions(requests []*completeRequest) {
-	params := make([]*tasks.CompleteParams, len(requests))
-	for i, r := range requests {
-		params[i] = &r.params
-	}
-	// A completion is applied even when its connection ends meanwhile: the
-	// proof was valid, and the worker's repeat is deduplicated.
-	ctx, cancel := context.WithTimeout(context.Background(), completeTimeout)
+// applyCompletions runs one batch's transaction and wakes whoever waits for
+// what it changed, before the completions are answered.
+func (m *Module) applyCompletions(ctx context.Context, params []*tasks.CompleteParams) ([]tasks.CompleteOutcome, error) {
 	outcomes, err := m.tasks.Store().CompleteBatch(ctx, params)
-	cancel()
-	if err != nil {
-		for _, r := range requests {
-			r.done(tasks.CompleteOutcome{Err: err})
-		}
-		return
-	}
 	appended, requeued := false, false
 	for _, o := range outcomes {
 		if o.Event != nil {
@@ -69,7 +53,5 @@ func (m *Module) applyCompletions(requests []*completeRequest) {
 	if requeued {
 		m.tasks.Submitted.Notify()
 	}
-	for i, r := range requests {
-		r.done(outcomes[i])
-	}
+	return outcomes, err
 }

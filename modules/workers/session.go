@@ -394,7 +394,10 @@ func (s *session) complete(f *wsx.Frame) {
 	if !s.completions.Reserve(s.c.Context()) {
 		return
 	}
-	s.m.completes.Submit(&completeRequest{params: *params, done: func(o tasks.CompleteOutcome) {
+	s.m.completes.Submit(&completeRequest{Params: *params, Done: func(o tasks.CompleteOutcome, err error) {
+		if err != nil {
+			o.Err = err
+		}
 		s.completions.Answer(func() {
 			if o.Err != nil {
 				s.sendStoreError(f, o.Err)
