@@ -69,7 +69,7 @@ func DecodeCursor(s string, binding string) (Cursor, error) {
 	rest := b[1+cursorBindingLen:]
 	sec := int64(binary.BigEndian.Uint64(rest[:8]))
 	nsec := binary.BigEndian.Uint32(rest[8:12])
-	if nsec >= uint32(time.Second) {
+	if nsec >= uint32(time.Second) || sec < minCursorSeconds || sec > maxCursorSeconds {
 		return Cursor{}, &Error{Code: CodeInvalidArgument, Message: "cursor is malformed"}
 	}
 	return Cursor{
@@ -77,3 +77,11 @@ func DecodeCursor(s string, binding string) (Cursor, error) {
 		ID:        hex.EncodeToString(rest[12:]),
 	}, nil
 }
+
+// A cursor's time must lie within the years 1 to 9999: the database driver
+// refuses any other time as a query argument, so an edited cursor outside
+// them would otherwise fail the query instead of being a 400.
+var (
+	minCursorSeconds = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
+	maxCursorSeconds = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC).Unix()
+)

@@ -3,6 +3,7 @@ package httpx
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ func TestC16_Cursor(t *testing.T) {
 		{name: "OtherZone", c: Cursor{CreatedAt: time.Date(2026, 9, 17, 12, 0, 0, 0, time.FixedZone("plus2", 7200)), ID: "00000000000000000000000000000000"}},
 		{name: "BeforeEpoch", c: Cursor{CreatedAt: time.Date(1960, 1, 1, 0, 0, 0, 5, time.UTC), ID: "00000000000000000000000000000001"}},
 		{name: "ZeroTime", c: Cursor{ID: "00000000000000000000000000000002"}},
+		{name: "LastSecondOfYear9999", c: Cursor{CreatedAt: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), ID: "00000000000000000000000000000003"}},
 	}
 	for _, tt := range positions {
 		t.Run("RoundTrip"+tt.name, func(t *testing.T) {
@@ -68,6 +70,8 @@ func TestC16_Cursor(t *testing.T) {
 		{name: "Extended", cursor: reencode(func(b []byte) []byte { return append(b, 0) }), binding: binding, message: malformed},
 		{name: "OtherVersion", cursor: reencode(func(b []byte) []byte { b[0] = 2; return b }), binding: binding, message: malformed},
 		{name: "TamperedBinding", cursor: reencode(func(b []byte) []byte { b[1] ^= 1; return b }), binding: binding, message: foreign},
+		{name: "AfterYear9999", cursor: reencode(func(b []byte) []byte { binary.BigEndian.PutUint64(b[17:25], 253402300800); return b }), binding: binding, message: malformed},
+		{name: "BeforeYear1", cursor: reencode(func(b []byte) []byte { binary.BigEndian.PutUint64(b[17:25], uint64(minCursorSeconds-1)); return b }), binding: binding, message: malformed},
 		{name: "NanosecondsOutOfRange", cursor: reencode(func(b []byte) []byte { copy(b[25:29], []byte{0xff, 0xff, 0xff, 0xff}); return b }), binding: binding, message: malformed},
 	}
 	for _, tt := range tests {

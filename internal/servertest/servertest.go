@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -235,4 +237,18 @@ func (s *Server) RenameTable(t testing.TB, from, to string) {
 	if _, err := s.DB.Exec("RENAME TABLE " + from + " TO " + to); err != nil {
 		t.Fatalf("servertest: rename %s to %s: %v", from, to, err)
 	}
+}
+
+// CursorWithTime returns cursor, a next_cursor from a list, with the
+// position's seconds since 1970 replaced by seconds: an edited cursor, as a
+// client could forge one. The cursor layout is httpx's: version (1 byte),
+// binding digest (16 bytes), seconds (8 bytes, big endian), …
+func CursorWithTime(t testing.TB, cursor string, seconds int64) string {
+	t.Helper()
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || len(b) < 25 {
+		t.Fatalf("servertest: %q is not a cursor", cursor)
+	}
+	binary.BigEndian.PutUint64(b[17:25], uint64(seconds))
+	return base64.RawURLEncoding.EncodeToString(b)
 }

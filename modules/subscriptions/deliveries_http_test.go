@@ -123,6 +123,15 @@ func TestS17_ListDeliveries(t *testing.T) {
 		}
 		sc := decodeSubscriptionPage(t, e.get(t, c, "/v1/subscriptions?queue_id="+c.QueueID+"&limit=1")).NextCursor
 		wantError(t, e.get(t, c, path+"?cursor="+sc), http.StatusBadRequest, "INVALID_ARGUMENT")
+		// An edited time outside the years 1 to 9999 is malformed, not a
+		// failed query.
+		for _, q := range []string{
+			path + "?state=PENDING&cursor=" + servertest.CursorWithTime(t, pending, 253402300800),
+			path + "?cursor=" + servertest.CursorWithTime(t, unfiltered, 253402300800),
+			"/v1/subscriptions?queue_id=" + c.QueueID + "&limit=1&cursor=" + servertest.CursorWithTime(t, sc, 253402300800),
+		} {
+			wantError(t, e.get(t, c, q), http.StatusBadRequest, "INVALID_ARGUMENT")
+		}
 		// The same list goes on.
 		if p := decodeDeliveryPage(t, e.get(t, c, path+"?state=PENDING&cursor="+pending)); len(p.Items) != 1 {
 			t.Errorf("second PENDING page: %d items", len(p.Items))

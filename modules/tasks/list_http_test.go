@@ -191,6 +191,14 @@ func TestC16_ListPagination(t *testing.T) {
 		}
 	})
 
+	t.Run("CursorWithATimeOutsideYears1To9999IsInvalid", func(t *testing.T) {
+		cursor := decodePage(t, e.get(t, c, list+"&limit=1")).NextCursor
+		for _, seconds := range []int64{253402300800, -62135596801} {
+			edited := servertest.CursorWithTime(t, cursor, seconds)
+			wantError(t, e.get(t, c, list+"&limit=1&cursor="+edited), http.StatusBadRequest, "INVALID_ARGUMENT")
+		}
+	})
+
 	t.Run("CursorIsBoundToTheCredential", func(t *testing.T) {
 		cursor := decodePage(t, e.get(t, c, list+"&limit=1")).NextCursor
 		wantError(t, e.get(t, e.cred(t, "list"), list+"&limit=1&cursor="+cursor), http.StatusBadRequest, "INVALID_ARGUMENT")
