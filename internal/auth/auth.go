@@ -256,3 +256,87 @@ func (a *Authenticator) Require(perm string, next http.Handler) http.Handler {
 func ErrNotFound(what string) error {
 	return httpx.Errorf(httpx.CodeNotFound, "%s not found", what)
 }
+
+// Grant is what an operation inside a connection needs of its credential:
+// one permission and one queue grant. Connections check it on every claim,
+// lease, ACK and completion, so that a revocation, a removed permission or
+// a removed queue grant takes effect at once, not at the next heartbeat
+// (seed 001 §1: every operation checks the queue scope).
+type Grant struct {
+	CredentialID string
+	Permission   string
+	QueueID      string
+	// What names the resource that a lost queue grant hides, in the
+	// NOT_FOUND message ("subscription", "queue").
+	What string
+}
+
+// CheckGrants reads through q (a transaction, so that the check and the
+// operation see the same commits) whether each grant still holds, in one
+// statement. For each grant it returns nil or the error a connection
+// answers before it closes: ErrUnauthenticated for a revoked credential,
+// PERMISSION_DENIED for a missing permission, NOT_FOUND for a lost queue
+// grant. The error is a database failure.
+func CheckGrants(ctx context.Context, q Querier, grants []Grant) ([]error, error) {
+	if len(grants) == 0 {
+		return nil, nil
+	}
+	const one = `SELECT ?, c.revoked_at IS NULL,
+		EXISTS (SELECT 1 FROM credential_permissions p WHERE p.credential_id = c.id AND p.permission = ?),
+		EXISTS (SELECT 1 FROM credential_queue_grants g WHERE g.credential_id = c.id AND g.queue_id = ?)
+		FROM credentials c WHERE c.id = ?`
+	parts := make([]string, len(grants))
+	args := make([]any, 0, 4*len(grants))
+	for i, g := range grants {
+		parts[i] = one
+		args = append(args, i, g.Permission, g.QueueID, g.CredentialID)
+	}
+	rows, err := q.QueryContext(ctx, strings.Join(parts, " UNION ALL "), args...)
+	if err != nil {
+		return nil, fmt.Errorf("auth: check grants: %w", err)
+	}
+	defer rows.Close()
+	out := make([]error, len(grants))
+	for i := range out {
+		out[i] = ErrUnauthenticated // unless its credential row is found
+	}
+	for rows.Next() {
+		var i int
+		var active, permitted, granted bool
+		if err := rows.Scan(&i, &active, &permitted, &granted); err != nil {
+			return nil, fmt.Errorf("auth: check grants: %w", err)
+		}
+		if i < 0 || i >= len(grants) {
+			return nil, fmt.Errorf("auth: check grants: row %d of %d", i, len(grants))
+		}
+		g := grants[i]
+		switch {
+		case !active:
+			out[i] = ErrUnauthenticated
+		case !permitted:
+			out[i] = httpx.Errorf(httpx.CodePermissionDenied, "credential lacks permission %s", g.Permission)
+		case !granted:
+			out[i] = ErrNotFound(g.What)
+		default:
+			out[i] = nil
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("auth: check grants: %w", err)
+	}
+	return out, nil
+}
+
+// IsGrantError reports whether err is one of the errors of CheckGrants,
+// which a connection answers and then closes.
+func IsGrantError(err error) bool {
+	var he *httpx.Error
+	if !errors.As(err, &he) {
+		return false
+	}
+	switch he.Code {
+	case httpx.CodeUnauthenticated, httpx.CodePermissionDenied, httpx.CodeNotFound:
+		return true
+	}
+	return false
+}

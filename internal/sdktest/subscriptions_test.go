@@ -3,6 +3,7 @@ package sdktest_test
 import (
 	"context"
 	"fmt"
+	"github.com/orbitrun/orbit/internal/auth"
 	"slices"
 	"testing"
 	"time"
@@ -334,7 +335,8 @@ func (f *fixture) expireDelivery(t *testing.T, subscriptionID, deliveryID string
 	if err != nil {
 		t.Fatal(err)
 	}
-	leases, err := subscriptions.Claim(ctx, f.srv.DB, &subscriptions.ClaimParams{SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
+	grant := auth.Grant{CredentialID: f.cred.CredentialID, Permission: auth.PermEventsConsume, QueueID: f.cred.QueueID, What: "subscription"}
+	leases, err := subscriptions.Claim(ctx, f.srv.DB, &subscriptions.ClaimParams{SessionID: session, Grant: grant, LeaseDuration: time.Minute, RecoverBatch: 10})
 	if err != nil || len(leases) != 1 || leases[0].Delivery.ID != deliveryID {
 		t.Fatalf("claim: %d leases, %v; want delivery %s", len(leases), err, deliveryID)
 	}

@@ -241,11 +241,12 @@ func TestE10_SameProofAgain(t *testing.T) {
 		check(t, later.acked(t, d.proof()))
 	})
 	t.Run("OtherSubscription", func(t *testing.T) {
-		// The proof belongs to its subscription: elsewhere it proves
-		// nothing.
+		// The proof belongs to its subscription: elsewhere its delivery
+		// is NOT_FOUND, which closes the connection (seed 001 §7).
 		other := e.subscribe(t, e.cred, subscriptionParams{Types: []string{"task.succeeded"}})
 		elsewhere := e.connect(t, e.cred, other, 1)
-		wantError(t, elsewhere.ack(t, d.proof()), "DELIVERY_LEASE_LOST")
+		wantError(t, elsewhere.ack(t, d.proof()), "NOT_FOUND")
+		elsewhere.ExpectClose(closePolicyViolation)
 	})
 }
 
@@ -342,10 +343,8 @@ func TestE11_LateAck(t *testing.T) {
 		wrongSecret.LeaseSecret = otherSecret(d.LeaseSecret)
 		wrongEpoch := d.proof()
 		wrongEpoch.Epoch = "2"
-		unknown := d.proof()
-		unknown.DeliveryID = wstest.NewID()
 		var message string
-		for i, p := range []proof{wrongSecret, wrongEpoch, unknown} {
+		for i, p := range []proof{wrongSecret, wrongEpoch} {
 			ack := c.NewFrame(typeAck, p)
 			c.SendFrame(ack)
 			f := c.Reply(ack.MessageID)

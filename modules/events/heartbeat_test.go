@@ -50,6 +50,11 @@ func TestE14_Heartbeat(t *testing.T) {
 		wantPingReply(t, c.ping(t))
 	})
 
+	// Claims check the credential too (TestE14_EveryClaimChecksTheGrant);
+	// on this server they run only after the welcome and when results are
+	// signalled, so that once settled the ping is what finds the change.
+	pingOnly := setup(t, eventsConfig(func(c *events.Config) { c.PollInterval = time.Hour }))
+
 	// closedAfterPing checks that a ping is answered with code, with
 	// reply_to and session_id, and that the connection then closes.
 	closedAfterPing := func(t *testing.T, c *consumer, code string) {
@@ -65,18 +70,20 @@ func TestE14_Heartbeat(t *testing.T) {
 	}
 	t.Run("RevokedCredential", func(t *testing.T) {
 		t.Parallel()
-		cred := e.ownQueue(t)
-		c := e.connect(t, cred, e.subscribe(t, cred, subscriptionParams{}), 1)
-		if err := admin.NewStore(e.srv.DB).CredentialRevoke(context.Background(), cred.CredentialID, "test"); err != nil {
+		cred := pingOnly.ownQueue(t)
+		c := pingOnly.connect(t, cred, pingOnly.subscribe(t, cred, subscriptionParams{}), 1)
+		c.settle()
+		if err := admin.NewStore(pingOnly.srv.DB).CredentialRevoke(context.Background(), cred.CredentialID, "test"); err != nil {
 			t.Fatal(err)
 		}
 		closedAfterPing(t, c, "UNAUTHENTICATED")
 	})
 	t.Run("LostConsumePermission", func(t *testing.T) {
 		t.Parallel()
-		cred := e.ownQueue(t)
-		c := e.connect(t, cred, e.subscribe(t, cred, subscriptionParams{}), 1)
-		if _, err := e.srv.DB.Exec(`DELETE FROM credential_permissions WHERE credential_id = ? AND permission = ?`,
+		cred := pingOnly.ownQueue(t)
+		c := pingOnly.connect(t, cred, pingOnly.subscribe(t, cred, subscriptionParams{}), 1)
+		c.settle()
+		if _, err := pingOnly.srv.DB.Exec(`DELETE FROM credential_permissions WHERE credential_id = ? AND permission = ?`,
 			cred.CredentialID, auth.PermEventsConsume); err != nil {
 			t.Fatal(err)
 		}
@@ -84,9 +91,10 @@ func TestE14_Heartbeat(t *testing.T) {
 	})
 	t.Run("LostQueueGrant", func(t *testing.T) {
 		t.Parallel()
-		cred := e.ownQueue(t)
-		c := e.connect(t, cred, e.subscribe(t, cred, subscriptionParams{}), 1)
-		if _, err := e.srv.DB.Exec(`DELETE FROM credential_queue_grants WHERE credential_id = ?`, cred.CredentialID); err != nil {
+		cred := pingOnly.ownQueue(t)
+		c := pingOnly.connect(t, cred, pingOnly.subscribe(t, cred, subscriptionParams{}), 1)
+		c.settle()
+		if _, err := pingOnly.srv.DB.Exec(`DELETE FROM credential_queue_grants WHERE credential_id = ?`, cred.CredentialID); err != nil {
 			t.Fatal(err)
 		}
 		closedAfterPing(t, c, "NOT_FOUND")

@@ -265,6 +265,12 @@ type pingReply struct {
 	Enabled    bool   `json:"enabled"`
 }
 
+// settle waits until the connection's dispatcher has finished the claim it
+// makes right after the welcome or after sending deliveries, for tests
+// whose next step must be found by a ping or an ACK rather than by that
+// claim (claims check the credential too).
+func (c *consumer) settle() { time.Sleep(quiet) }
+
 // deliver returns the next event.deliver; other frames stay queued.
 func (c *consumer) deliver(t testing.TB) *delivered {
 	t.Helper()

@@ -240,6 +240,16 @@ func (s *session) ping(f *wsx.Frame) bool {
 	return true
 }
 
+// grant is what every claim and ACK of the session checks again in its
+// transaction: the credential still active, holding events:consume and a
+// grant on the subscription's queue.
+func (s *session) grant() auth.Grant {
+	return auth.Grant{
+		CredentialID: s.c.Principal().CredentialID, Permission: auth.PermEventsConsume,
+		QueueID: s.subscription.QueueID, What: "subscription",
+	}
+}
+
 // recheck authenticates the connection's credential again and checks that
 // it may still consume the subscription: not revoked, still holding
 // events:consume, still owning the subscription and its queue grant. A
@@ -305,7 +315,7 @@ func (s *session) ack(f *wsx.Frame) bool {
 	}
 	s.m.acks.Submit(&ackRequest{
 		Params: subscriptions.AckParams{
-			SubscriptionID: s.subscription.ID, DeliveryID: *body.DeliveryID, Epoch: uint64(*body.Epoch),
+			Grant: s.grant(), SubscriptionID: s.subscription.ID, DeliveryID: *body.DeliveryID, Epoch: uint64(*body.Epoch),
 			Secret: body.LeaseSecret.Encode(), SessionID: s.id,
 		},
 		Done: func(o subscriptions.AckOutcome, err error) {
@@ -319,12 +329,18 @@ func (s *session) ack(f *wsx.Frame) bool {
 }
 
 // acked answers one event.ack after its batch: DELIVERY_LEASE_LOST keeps
-// the connection; a database failure gets UNAVAILABLE and closes it, so
-// the client re-sends its proofs on a new one.
+// the connection; NOT_FOUND (a delivery outside the subscription) and a
+// grant that no longer holds are answered and close it (seed 001 §7); a
+// database failure gets UNAVAILABLE and closes it, so the client re-sends
+// its proofs on a new one.
 func (s *session) acked(f *wsx.Frame, res subscriptions.AckResult, err error) {
 	switch {
 	case errors.Is(err, subscriptions.ErrLeaseLost):
 		_ = s.c.SendError(f.MessageID, err)
+		return
+	case auth.IsGrantError(err):
+		_ = s.c.SendError(f.MessageID, err)
+		s.c.Close(wsx.ClosePolicyViolation, "ack refused")
 		return
 	case err != nil:
 		s.c.Logger().Warn("ack", "session_id", s.id, "err", err)
@@ -384,6 +400,12 @@ func (s *session) dispatch() {
 			_ = s.c.SendError("", err)
 			s.c.Close(wsx.ClosePolicyViolation, "event history expired")
 			return
+		case auth.IsGrantError(err):
+			// The claim found the authorization gone: reported without
+			// reply_to, then closed (seed 001 §7).
+			_ = s.c.SendError("", err)
+			s.c.Close(wsx.ClosePolicyViolation, "credential check failed")
+			return
 		case errors.Is(err, ErrClaimPoolFull), ctx.Err() != nil:
 		default:
 			failures++
@@ -441,6 +463,6 @@ func (s *session) claim(ctx context.Context, app string, materialize bool) ([]su
 		}
 	}
 	return subscriptions.Claim(ctx, pool, &subscriptions.ClaimParams{
-		SessionID: s.id, LeaseDuration: s.m.cfg.LeaseDuration, RecoverBatch: claimRecoverBatch,
+		SessionID: s.id, Grant: s.grant(), LeaseDuration: s.m.cfg.LeaseDuration, RecoverBatch: claimRecoverBatch,
 	})
 }

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/modules/admin"
 )
 
 // leased creates a subscription to the whole log of f's queue, materialises
@@ -20,11 +22,11 @@ func leased(t *testing.T, f *fixture, name string, n int) (*Subscription, string
 	if created, _, err := Materialize(ctx, f.db, s.ID, 100); err != nil || created != n {
 		t.Fatalf("materialize: %d deliveries, %v; want %d", created, err, n)
 	}
-	session, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: "c", Capacity: n})
+	session, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: n})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leases, err := Claim(ctx, f.db, &ClaimParams{SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
+	leases, err := Claim(ctx, f.db, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
 	if err != nil || len(leases) != n {
 		t.Fatalf("claim: %d leases, %v; want %d", len(leases), err, n)
 	}
@@ -32,8 +34,8 @@ func leased(t *testing.T, f *fixture, name string, n int) (*Subscription, string
 }
 
 // proof is the ACK a lease's holder sends.
-func proof(s *Subscription, session string, l Lease) *AckParams {
-	return &AckParams{SubscriptionID: s.ID, DeliveryID: l.Delivery.ID, Epoch: l.Delivery.LeaseEpoch, Secret: l.Secret, SessionID: session}
+func proof(f *fixture, s *Subscription, session string, l Lease) *AckParams {
+	return &AckParams{Grant: f.grant, SubscriptionID: s.ID, DeliveryID: l.Delivery.ID, Epoch: l.Delivery.LeaseEpoch, Secret: l.Secret, SessionID: session}
 }
 
 // wantStates fails the test unless each delivery of s is in the state given.
@@ -55,7 +57,7 @@ func TestAckBatch_SameProofTwiceIsDeduplicated(t *testing.T) {
 	f := setup(t)
 	f.appendEvents(t, 1)
 	s, session, leases := leased(t, f, "dup", 1)
-	p := proof(s, session, leases[0])
+	p := proof(f, s, session, leases[0])
 	again := *p
 	out, err := AckBatch(context.Background(), f.db, []*AckParams{p, &again})
 	if err != nil {
@@ -91,17 +93,17 @@ func TestAckBatch_RefusedProofDoesNotStopTheOthers(t *testing.T) {
 	if _, err := f.db.Exec(`UPDATE event_deliveries SET lease_until = ? WHERE id = ?`, db.Now().Add(-time.Second), leases[2].Delivery.ID); err != nil {
 		t.Fatal(err)
 	}
-	other, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: "c", Capacity: 1})
+	other, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if re, err := Claim(ctx, f.db, &ClaimParams{SessionID: other, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(re) != 1 || re[0].Delivery.LeaseEpoch != 2 {
+	if re, err := Claim(ctx, f.db, &ClaimParams{Grant: f.grant, SessionID: other, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(re) != 1 || re[0].Delivery.LeaseEpoch != 2 {
 		t.Fatalf("re-lease: %+v %v; want the expired delivery at epoch 2", re, err)
 	}
-	valid := proof(s, session, leases[0])
-	wrongSecret := proof(s, session, leases[1])
+	valid := proof(f, s, session, leases[0])
+	wrongSecret := proof(f, s, session, leases[1])
 	wrongSecret.Secret = strings.Repeat("A", len(wrongSecret.Secret))
-	stale := proof(s, session, leases[2])
+	stale := proof(f, s, session, leases[2])
 	out, err := AckBatch(ctx, f.db, []*AckParams{wrongSecret, valid, stale})
 	if err != nil {
 		t.Fatal(err)
@@ -116,22 +118,25 @@ func TestAckBatch_RefusedProofDoesNotStopTheOthers(t *testing.T) {
 	})
 }
 
-func TestAckBatch_ProofForAnotherSubscriptionsDeliveryIsLeaseLost(t *testing.T) {
+// TestAckBatch_ProofForAnotherSubscriptionsDeliveryIsNotFound: a delivery
+// outside the ACK's subscription is NOT_FOUND (seed 001 §7), whatever the
+// proof, and the other ACKs of the batch are recorded.
+func TestAckBatch_ProofForAnotherSubscriptionsDeliveryIsNotFound(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.appendEvents(t, 1)
 	a, sessionA, leasesA := leased(t, f, "a", 1)
 	b, sessionB, leasesB := leased(t, f, "b", 1)
 	// b's delivery, with b's own valid proof, acknowledged as a's.
-	foreign := proof(b, sessionB, leasesB[0])
+	foreign := proof(f, b, sessionB, leasesB[0])
 	foreign.SubscriptionID = a.ID
-	own := proof(a, sessionA, leasesA[0])
+	own := proof(f, a, sessionA, leasesA[0])
 	out, err := AckBatch(context.Background(), f.db, []*AckParams{foreign, own})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out[0].Err != ErrLeaseLost || out[1].Err != nil {
-		t.Fatalf("errors %v, %v; want lease lost for the foreign delivery only", out[0].Err, out[1].Err)
+	if out[0].Err != ErrDeliveryNotFound || out[1].Err != nil {
+		t.Fatalf("errors %v, %v; want not found for the foreign delivery only", out[0].Err, out[1].Err)
 	}
 	wantStates(t, f, a, map[string]string{own.DeliveryID: StateAcked})
 	wantStates(t, f, b, map[string]string{foreign.DeliveryID: StateLeased})
@@ -144,7 +149,7 @@ func TestAckBatch_OutcomesFollowTheInputOrder(t *testing.T) {
 	s, session, leases := leased(t, f, "order", 4)
 	acks := make([]*AckParams, 0, len(leases))
 	for _, l := range leases {
-		acks = append(acks, proof(s, session, l))
+		acks = append(acks, proof(f, s, session, l))
 	}
 	// Deliveries are locked in id order; the input runs the other way, and
 	// one proof in the middle is refused.
@@ -167,5 +172,34 @@ func TestAckBatch_OutcomesFollowTheInputOrder(t *testing.T) {
 		if o.Err != nil || o.Result.DeliveryID != acks[i].DeliveryID {
 			t.Errorf("outcome %d: %+v; want the ACK of delivery %s", i, o, acks[i].DeliveryID)
 		}
+	}
+}
+
+// TestAckBatch_GrantIsCheckedInTheBatch: an ACK whose credential was
+// revoked after its lease records nothing and gets the error of
+// auth.CheckGrants; so does the next claim, which leases nothing.
+func TestAckBatch_GrantIsCheckedInTheBatch(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	f.appendEvents(t, 1)
+	s, session, leases := leased(t, f, "revoked", 1)
+	if err := admin.NewStore(f.db).CredentialRevoke(ctx, f.grant.CredentialID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := AckBatch(ctx, f.db, []*AckParams{proof(f, s, session, leases[0])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Err != auth.ErrUnauthenticated {
+		t.Fatalf("ACK after revocation: %v, want UNAUTHENTICATED", out[0].Err)
+	}
+	wantStates(t, f, s, map[string]string{leases[0].Delivery.ID: StateLeased})
+	other, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Claim(ctx, f.db, &ClaimParams{Grant: f.grant, SessionID: other, LeaseDuration: time.Minute, RecoverBatch: 10}); !auth.IsGrantError(err) || len(got) != 0 {
+		t.Fatalf("claim after revocation: %d leases, %v; want UNAUTHENTICATED", len(got), err)
 	}
 }

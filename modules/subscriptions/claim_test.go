@@ -38,11 +38,11 @@ func TestClaim_RecoveredLeasesJoinWhatWasPickedOnce(t *testing.T) {
 		time.Now().UTC().Add(-time.Second), first[0].Delivery.ID); err != nil {
 		t.Fatal(err)
 	}
-	session, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: "c", Capacity: 4})
+	session, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leases, err := Claim(ctx, f.db, &ClaimParams{SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
+	leases, err := Claim(ctx, f.db, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -158,7 +158,10 @@ type Lease struct {
 
 // ClaimParams describe a claim for one event connection.
 type ClaimParams struct {
-	SessionID     string
+	SessionID string
+	// Grant is what the session's credential must still hold: checked in
+	// the claim's transaction, so a revocation stops leasing at once.
+	Grant         auth.Grant
 	LeaseDuration time.Duration
 	// RecoverBatch bounds the expired leases a claim recovers.
 	RecoverBatch int
@@ -172,7 +175,8 @@ type ClaimParams struct {
 // free capacity, expired leases of the subscription are recovered and
 // leased in the same transaction. The leases are committed before Claim
 // returns, so the caller sends event.deliver only for persisted leases. A
-// paused subscription, or a closed session, gets nothing.
+// paused subscription, or a closed session, gets nothing. A grant that no
+// longer holds is the error of auth.CheckGrants, and nothing is leased.
 func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
 	var out []Lease
 	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
@@ -187,6 +191,13 @@ func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
 		}
 		if closed.Valid {
 			return nil
+		}
+		denied, err := auth.CheckGrants(ctx, tx, []auth.Grant{p.Grant})
+		if err != nil {
+			return err
+		}
+		if denied[0] != nil {
+			return denied[0]
 		}
 		var enabled bool
 		var queueID string
@@ -299,6 +310,8 @@ func pickPending(ctx context.Context, tx *sql.Tx, subscriptionID string, now tim
 
 // AckParams are one event.ack.
 type AckParams struct {
+	// Grant is what the ACK's credential must still hold (see Claim).
+	Grant          auth.Grant
 	SubscriptionID string
 	DeliveryID     string
 	Epoch          uint64
@@ -324,7 +337,14 @@ func Ack(ctx context.Context, pool *sql.DB, p *AckParams) (AckResult, error) {
 	return outcomes[0].Result, outcomes[0].Err
 }
 
-// AckOutcome answers one ACK of a batch: its result, or ErrLeaseLost.
+// ErrDeliveryNotFound answers an ACK for a delivery that does not exist or
+// belongs to another subscription than the connection's (seed 001 §7:
+// NOT_FOUND, and the connection closes).
+var ErrDeliveryNotFound = auth.ErrNotFound("delivery")
+
+// AckOutcome answers one ACK of a batch: its result, or the error that
+// refused it: ErrLeaseLost, ErrDeliveryNotFound, or an error of
+// auth.CheckGrants.
 type AckOutcome struct {
 	Result AckResult
 	Err    error
@@ -337,7 +357,9 @@ type AckOutcome struct {
 // ACKED, leaving the backlog, with one audit record; the same proof again,
 // in this batch or later, returns the original acknowledged_at with
 // Deduplicated and changes nothing; a superseded or wrong proof is
-// ErrLeaseLost in its outcome. An error means nothing was recorded.
+// ErrLeaseLost in its outcome, a delivery outside the ACK's subscription
+// ErrDeliveryNotFound, and an ACK whose grant no longer holds gets the
+// error of auth.CheckGrants. An error means nothing was recorded.
 func AckBatch(ctx context.Context, pool *sql.DB, acks []*AckParams) ([]AckOutcome, error) {
 	ids := make([]string, 0, len(acks))
 	for _, p := range acks {
@@ -362,12 +384,23 @@ func AckBatch(ctx context.Context, pool *sql.DB, acks []*AckParams) ([]AckOutcom
 		for _, d := range locked {
 			byID[d.ID] = d
 		}
+		denied, err := checkAckGrants(ctx, tx, acks)
+		if err != nil {
+			return err
+		}
 		now := db.Now()
 		var acked []*Delivery
 		var sessions []string
 		for i, p := range acks {
 			d := byID[p.DeliveryID]
-			if d == nil || d.SubscriptionID != p.SubscriptionID || !proofHolds(d, p) {
+			switch {
+			case denied[i] != nil:
+				outcomes[i].Err = denied[i]
+				continue
+			case d == nil || d.SubscriptionID != p.SubscriptionID:
+				outcomes[i].Err = ErrDeliveryNotFound
+				continue
+			case !proofHolds(d, p):
 				outcomes[i].Err = ErrLeaseLost
 				continue
 			}
@@ -408,6 +441,28 @@ func AckBatch(ctx context.Context, pool *sql.DB, acks []*AckParams) ([]AckOutcom
 		return nil, fmt.Errorf("subscriptions: ack: %w", err)
 	}
 	return outcomes, nil
+}
+
+// checkAckGrants checks the grants of a batch's ACKs, each distinct grant
+// once, and returns the error of each ACK whose grant no longer holds.
+func checkAckGrants(ctx context.Context, tx *sql.Tx, acks []*AckParams) ([]error, error) {
+	index := make(map[auth.Grant]int)
+	var grants []auth.Grant
+	for _, p := range acks {
+		if _, ok := index[p.Grant]; !ok {
+			index[p.Grant] = len(grants)
+			grants = append(grants, p.Grant)
+		}
+	}
+	checked, err := auth.CheckGrants(ctx, tx, grants)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]error, len(acks))
+	for i, p := range acks {
+		out[i] = checked[index[p.Grant]]
+	}
+	return out, nil
 }
 
 // proofHolds reports whether an ACK's epoch and secret are the delivery's

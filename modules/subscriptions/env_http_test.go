@@ -333,11 +333,24 @@ func (e *env) session(t *testing.T, c servertest.Credential, subID string, n int
 	return id
 }
 
+// grant is what the event connection of session checks on every claim and
+// ACK: its credential's consume grant on the subscription's queue.
+func (e *env) grant(t *testing.T, session string) auth.Grant {
+	t.Helper()
+	g := auth.Grant{Permission: auth.PermEventsConsume, What: "subscription"}
+	err := e.srv.DB.QueryRow(`SELECT es.credential_id, s.queue_id FROM event_sessions es
+		JOIN subscriptions s ON s.id = es.subscription_id WHERE es.id = ?`, session).Scan(&g.CredentialID, &g.QueueID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // claim leases what a session may take, for a minute.
 func (e *env) claim(t *testing.T, session string) []subscriptions.Lease {
 	t.Helper()
 	leases, err := subscriptions.Claim(context.Background(), e.srv.DB, &subscriptions.ClaimParams{
-		SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 100,
+		SessionID: session, Grant: e.grant(t, session), LeaseDuration: time.Minute, RecoverBatch: 100,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -380,7 +393,7 @@ func (e *env) claimNext(t *testing.T, session string) subscriptions.Lease {
 func (e *env) ack(t *testing.T, subID, session string, l subscriptions.Lease) subscriptions.AckResult {
 	t.Helper()
 	res, err := subscriptions.Ack(context.Background(), e.srv.DB, &subscriptions.AckParams{
-		SubscriptionID: subID, DeliveryID: l.Delivery.ID, Epoch: l.Delivery.LeaseEpoch, Secret: l.Secret, SessionID: session,
+		Grant: e.grant(t, session), SubscriptionID: subID, DeliveryID: l.Delivery.ID, Epoch: l.Delivery.LeaseEpoch, Secret: l.Secret, SessionID: session,
 	})
 	if err != nil {
 		t.Fatal(err)

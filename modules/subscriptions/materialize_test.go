@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/testdb"
 	"github.com/orbitrun/orbit/modules/admin"
@@ -19,6 +20,9 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 type fixture struct {
 	db    *sql.DB
 	scope admin.Scope
+	// grant is a real credential's consume grant on the queue, which
+	// claims and ACKs check.
+	grant auth.Grant
 }
 
 func setup(t *testing.T) *fixture {
@@ -30,7 +34,15 @@ func setup(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{db: pool, scope: sc}
+	cred, _, err := admin.NewStore(pool).CredentialCreate(context.Background(), &admin.CredentialCreateParams{
+		NamespaceID: sc.NamespaceID, ApplicationID: sc.ApplicationID, EnvironmentID: sc.EnvironmentID,
+		Label: "consumer", Permissions: []string{auth.PermEventsConsume}, Queues: []string{sc.QueueID},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant := auth.Grant{CredentialID: cred.ID, Permission: auth.PermEventsConsume, QueueID: sc.QueueID, What: "subscription"}
+	return &fixture{db: pool, scope: sc, grant: grant}
 }
 
 // appendEvents writes n events straight into the queue's log, cycling
@@ -75,7 +87,7 @@ func (f *fixture) create(t *testing.T, name string, types []string, from *uint64
 	err := db.Tx(context.Background(), f.db, func(tx *sql.Tx) error {
 		var err error
 		s, err = SubscriptionCreate(context.Background(), tx, &SubscriptionCreateParams{
-			NamespaceID: f.scope.NamespaceID, QueueID: f.scope.QueueID, CredentialID: "c", Name: name,
+			NamespaceID: f.scope.NamespaceID, QueueID: f.scope.QueueID, CredentialID: f.grant.CredentialID, Name: name,
 			Types: types, FromSequence: from, MaxPending: maxPending, MaxAttempts: 3,
 		})
 		return err
@@ -164,7 +176,7 @@ func TestS4a_FromSequenceSetsTheCursor(t *testing.T) {
 	after := uint64(13)
 	err := db.Tx(context.Background(), f.db, func(tx *sql.Tx) error {
 		_, err := SubscriptionCreate(context.Background(), tx, &SubscriptionCreateParams{
-			NamespaceID: f.scope.NamespaceID, QueueID: f.scope.QueueID, CredentialID: "c", Name: "late",
+			NamespaceID: f.scope.NamespaceID, QueueID: f.scope.QueueID, CredentialID: f.grant.CredentialID, Name: "late",
 			Types: tasks.ResultTypes, FromSequence: &after, MaxPending: 100, MaxAttempts: 3,
 		})
 		return err
@@ -187,11 +199,11 @@ func TestE8_ClaimRecoverAckStateMachine(t *testing.T) {
 	if n, _, err := Materialize(ctx, f.db, s.ID, 100); err != nil || n != 3 {
 		t.Fatalf("materialize: %d %v", n, err)
 	}
-	session, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: "c", Capacity: 2})
+	session, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leases, err := Claim(ctx, f.db, &ClaimParams{SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
+	leases, err := Claim(ctx, f.db, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
 	if err != nil || len(leases) != 2 {
 		t.Fatalf("claim: %d leases, %v; want capacity 2", len(leases), err)
 	}
@@ -199,10 +211,10 @@ func TestE8_ClaimRecoverAckStateMachine(t *testing.T) {
 	if first.Delivery.LeaseEpoch != 1 || first.Delivery.Attempts != 1 || first.Delivery.State != StateLeased || first.Event.ID != first.Delivery.EventID {
 		t.Fatalf("lease: %+v", first.Delivery)
 	}
-	if more, err := Claim(ctx, f.db, &ClaimParams{SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(more) != 0 {
+	if more, err := Claim(ctx, f.db, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(more) != 0 {
 		t.Fatalf("a full session claimed %d more (%v)", len(more), err)
 	}
-	ack := &AckParams{SubscriptionID: s.ID, DeliveryID: first.Delivery.ID, Epoch: 1, Secret: first.Secret, SessionID: session}
+	ack := &AckParams{Grant: f.grant, SubscriptionID: s.ID, DeliveryID: first.Delivery.ID, Epoch: 1, Secret: first.Secret, SessionID: session}
 	res, err := Ack(ctx, f.db, ack)
 	if err != nil || res.Deduplicated {
 		t.Fatalf("ack: %+v %v", res, err)
@@ -234,7 +246,7 @@ func TestE8_ClaimRecoverAckStateMachine(t *testing.T) {
 		t.Fatalf("after recovery: %+v %v; want EXPIRED with a new revision", d, err)
 	}
 	// The latest proof may still ACK while no new epoch replaced it (E-11).
-	if res, err := Ack(ctx, f.db, &AckParams{SubscriptionID: s.ID, DeliveryID: d.ID, Epoch: 1, Secret: second.Secret, SessionID: session}); err != nil || res.Deduplicated {
+	if res, err := Ack(ctx, f.db, &AckParams{Grant: f.grant, SubscriptionID: s.ID, DeliveryID: d.ID, Epoch: 1, Secret: second.Secret, SessionID: session}); err != nil || res.Deduplicated {
 		t.Fatalf("late ack of an expired lease: %+v %v", res, err)
 	}
 	got, _ := SubscriptionGet(ctx, f.db, s.ID)
