@@ -426,16 +426,34 @@ func (s *Store) Release(ctx context.Context, p *Proof, reason string) (*Event, e
 	return event, nil
 }
 
+// renewQuery extends a session's running leases. Left to itself the
+// optimiser reads them through the expiry index (state, lease_until): a
+// range over every running attempt of every session, buffered because the
+// UPDATE changes that index's key, so each ping locked other workers'
+// attempts in lease order and deadlocked with completions under load. The
+// session index reads only the session's own attempts, in id order.
+const renewQuery = `UPDATE task_attempts FORCE INDEX (ix_attempts_session) SET lease_until = ?
+	WHERE session_id = ? AND state = 'RUNNING' AND lease_until >= ?`
+
 // Renew extends every running lease of a session to now + leaseDuration
 // (worker.ping) and returns how many it renewed.
 func (s *Store) Renew(ctx context.Context, sessionID string, leaseDuration time.Duration) (int, error) {
-	now := db.Now()
-	res, err := s.db.ExecContext(ctx, `UPDATE task_attempts SET lease_until = ? WHERE session_id = ? AND state = 'RUNNING' AND lease_until >= ?`,
-		now.Add(leaseDuration), sessionID, now)
+	// A lock conflict with a completion or a lease can still end in a
+	// deadlock; db.Tx runs the renewal again rather than failing the
+	// ping, which would cost the worker its connection.
+	var n int64
+	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
+		now := db.Now()
+		res, err := tx.ExecContext(ctx, renewQuery, now.Add(leaseDuration), sessionID, now)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("tasks: renew: %w", err)
 	}
-	n, _ := res.RowsAffected()
 	return int(n), nil
 }
 

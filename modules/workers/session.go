@@ -303,6 +303,7 @@ func (s *session) ping(f *wsx.Frame) bool {
 		return false
 	}
 	if _, err := s.m.tasks.Store().Renew(ctx, s.id, s.m.cfg.LeaseDuration); err != nil {
+		s.c.Logger().Warn("renew worker leases", "session_id", s.id, "err", err)
 		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "leases could not be renewed; reconnect"))
 		s.c.Close(wsx.CloseInternalError, "unavailable")
 		return false
