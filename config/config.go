@@ -16,9 +16,13 @@ const (
 	DefaultListen          = "127.0.0.1:8080"
 	DefaultRequestDeadline = 8 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
-	DefaultMaxOpenConns    = 32
-	DefaultLogLevel        = "info"
-	DefaultLogFormat       = "text"
+	DefaultIdleTimeout     = 60 * time.Second
+	// DefaultMaxConnections leaves room for the 128 event and 128 worker
+	// WebSocket connections of a node and some 750 HTTP clients.
+	DefaultMaxConnections = 1024
+	DefaultMaxOpenConns   = 32
+	DefaultLogLevel       = "info"
+	DefaultLogFormat      = "text"
 )
 
 // Config holds the core sections shared by every command. Module sections
@@ -39,6 +43,12 @@ type Server struct {
 	RequestDeadline time.Duration `yaml:"request_deadline"`
 	// ShutdownTimeout bounds a graceful stop.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// IdleTimeout closes a keep-alive connection that waits this long for
+	// its next request.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxConnections bounds the open TCP connections of the listener,
+	// WebSocket connections included; more wait to be accepted.
+	MaxConnections int `yaml:"max_connections"`
 	// TLSCertFile and TLSKeyFile, when both set, make the server speak HTTPS.
 	TLSCertFile string `yaml:"tls_cert_file"`
 	TLSKeyFile  string `yaml:"tls_key_file"`
@@ -73,6 +83,8 @@ func Default() *Config {
 			Listen:          DefaultListen,
 			RequestDeadline: DefaultRequestDeadline,
 			ShutdownTimeout: DefaultShutdownTimeout,
+			IdleTimeout:     DefaultIdleTimeout,
+			MaxConnections:  DefaultMaxConnections,
 		},
 		Database: Database{MaxOpenConns: DefaultMaxOpenConns},
 		Log:      Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
@@ -88,6 +100,8 @@ func (c *Config) Validate() error {
 	}
 	problems.Positive("server.request_deadline", c.Server.RequestDeadline)
 	problems.Positive("server.shutdown_timeout", c.Server.ShutdownTimeout)
+	problems.Positive("server.idle_timeout", c.Server.IdleTimeout)
+	problems.AtLeastOne("server.max_connections", c.Server.MaxConnections)
 	if (c.Server.TLSCertFile == "") != (c.Server.TLSKeyFile == "") {
 		add("server.tls_cert_file", "tls_cert_file and tls_key_file must be set together")
 	}

@@ -215,6 +215,9 @@ func (e *Entry) Upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error) {
 		e.release(nil)
 		return nil, fmt.Errorf("wsx: upgrade: %w", err)
 	}
+	// The HTTP server's read deadline for the request would otherwise
+	// end the connection; the reader keeps its own timers.
+	_ = ws.NetConn().SetReadDeadline(time.Time{})
 	c := newConn(e, ws, r, p)
 	e.mu.Lock()
 	e.conns[c] = true
