@@ -44,13 +44,9 @@ type AuthenticateFunc func(r *http.Request) (*auth.Principal, error)
 // seconds. A request with several Authorization headers is unauthenticated.
 func FromAuthenticator(a *auth.Authenticator) AuthenticateFunc {
 	return func(r *http.Request) (*auth.Principal, error) {
-		values := r.Header.Values("Authorization")
-		if len(values) != 1 {
-			return nil, auth.ErrUnauthenticated
-		}
 		ctx, cancel := context.WithTimeout(r.Context(), authTimeout)
 		defer cancel()
-		return a.Authenticate(ctx, values[0])
+		return a.AuthenticateRequest(ctx, r.Header)
 	}
 }
 
