@@ -231,11 +231,10 @@ func (e *Entry) check(r *http.Request) (*auth.Principal, error) {
 	if r.Method != http.MethodGet {
 		return nil, httpx.Errorf(httpx.CodeMethodNotAllowed, "method not allowed for this route")
 	}
+	// The rule of every endpoint without parameters: any parameter, and
+	// a bare '?', is 400.
 	if _, err := httpx.Query(r); err != nil {
 		return nil, err
-	}
-	if r.URL.RawQuery != "" || r.URL.ForceQuery {
-		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "this endpoint takes no query parameters")
 	}
 	if !sameOrigin(r) {
 		return nil, httpx.Errorf(httpx.CodePermissionDenied, "cross-origin WebSocket requests are not allowed")
