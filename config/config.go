@@ -8,7 +8,10 @@
 package config
 
 import (
+	"strings"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // Defaults of the core sections.
@@ -16,9 +19,13 @@ const (
 	DefaultListen          = "127.0.0.1:8080"
 	DefaultRequestDeadline = 8 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
-	DefaultMaxOpenConns    = 32
-	DefaultLogLevel        = "info"
-	DefaultLogFormat       = "text"
+	DefaultIdleTimeout     = 60 * time.Second
+	// DefaultMaxConnections leaves room for the 128 event and 128 worker
+	// WebSocket connections of a node and some 750 HTTP clients.
+	DefaultMaxConnections = 1024
+	DefaultMaxOpenConns   = 32
+	DefaultLogLevel       = "info"
+	DefaultLogFormat      = "text"
 )
 
 // Config holds the core sections shared by every command. Module sections
@@ -39,6 +46,12 @@ type Server struct {
 	RequestDeadline time.Duration `yaml:"request_deadline"`
 	// ShutdownTimeout bounds a graceful stop.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// IdleTimeout closes a keep-alive connection that waits this long for
+	// its next request.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxConnections bounds the open TCP connections of the listener,
+	// WebSocket connections included; more wait to be accepted.
+	MaxConnections int `yaml:"max_connections"`
 	// TLSCertFile and TLSKeyFile, when both set, make the server speak HTTPS.
 	TLSCertFile string `yaml:"tls_cert_file"`
 	TLSKeyFile  string `yaml:"tls_key_file"`
@@ -73,6 +86,8 @@ func Default() *Config {
 			Listen:          DefaultListen,
 			RequestDeadline: DefaultRequestDeadline,
 			ShutdownTimeout: DefaultShutdownTimeout,
+			IdleTimeout:     DefaultIdleTimeout,
+			MaxConnections:  DefaultMaxConnections,
 		},
 		Database: Database{MaxOpenConns: DefaultMaxOpenConns},
 		Log:      Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
@@ -80,16 +95,26 @@ func Default() *Config {
 }
 
 // Validate returns every problem of the core sections, each naming its key.
-func (c *Config) Validate() error {
+func (c *Config) Validate() error { return c.ValidateAt(nil) }
+
+// ValidateAt is Validate with the positions Load recorded (Source.Positions):
+// a problem of a key the file set starts with its file and line.
+func (c *Config) ValidateAt(positions map[string]string) error {
 	problems := NewProblems("")
+	problems.positions = positions
 	add := problems.Add
 	if c.Server.Listen == "" {
 		add("server.listen", "must not be empty")
 	}
 	problems.Positive("server.request_deadline", c.Server.RequestDeadline)
 	problems.Positive("server.shutdown_timeout", c.Server.ShutdownTimeout)
+	problems.Positive("server.idle_timeout", c.Server.IdleTimeout)
+	problems.AtLeastOne("server.max_connections", c.Server.MaxConnections)
 	if (c.Server.TLSCertFile == "") != (c.Server.TLSKeyFile == "") {
 		add("server.tls_cert_file", "tls_cert_file and tls_key_file must be set together")
+	}
+	if reason := dsnProblem(c.Database.DSN); reason != "" {
+		add("database.dsn", "%s", reason)
 	}
 	problems.AtLeastOne("database.max_open_conns", c.Database.MaxOpenConns)
 	switch c.Log.Level {
@@ -103,6 +128,28 @@ func (c *Config) Validate() error {
 		add("log.format", "must be text or json, got %q", c.Log.Format)
 	}
 	return problems.Err()
+}
+
+// dsnProblem returns what is wrong with a non-empty DSN, or "". The
+// message never contains the DSN: the driver's own messages can quote
+// parts of it, which a DSN with an unescaped '/' or '@' in the password
+// shifts into the database name or the parameters, so only its fixed
+// messages are passed on.
+func dsnProblem(dsn string) string {
+	if dsn == "" {
+		// Commands then use the database of `orbit dev`.
+		return ""
+	}
+	parsed, err := mysql.ParseDSN(dsn)
+	switch {
+	case err != nil && strings.HasPrefix(err.Error(), "invalid DSN: "):
+		return "is not a valid go-sql-driver/mysql DSN: " + strings.TrimPrefix(err.Error(), "invalid DSN: ")
+	case err != nil:
+		return "is not a valid go-sql-driver/mysql DSN: a parameter or the database name cannot be parsed"
+	case parsed.DBName == "":
+		return "must name the database, as in user:password@tcp(host:3306)/orbit"
+	}
+	return ""
 }
 
 // URL returns the address clients should use to reach this server.

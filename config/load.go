@@ -38,6 +38,9 @@ type Source struct {
 	FlagKeys map[string]string
 	// LookupEnv reads the environment; nil means os.LookupEnv.
 	LookupEnv func(string) (string, bool)
+	// Positions, when not nil, is filled by Load with "file:line" of
+	// every key whose value comes from the file, for Config.ValidateAt.
+	Positions map[string]string
 }
 
 // Load fills core and every module section from src. Sections must already
@@ -65,6 +68,7 @@ func Load(src Source, core *Config, modules map[string]any) (string, error) {
 		}
 	}
 	var errs *multierror.Error
+	lines := map[string]int{} // the line of each key the file sets
 	v := viper.New()
 	v.SetConfigType("yaml")
 	if file != "" {
@@ -74,7 +78,7 @@ func Load(src Source, core *Config, modules map[string]any) (string, error) {
 		}
 		// Unknown keys are reported here, by exact name and with their line;
 		// loading goes on so that value errors are reported in the same run.
-		for _, e := range checkKeys(file, raw, sections) {
+		for _, e := range checkKeys(file, raw, sections, lines) {
 			errs = multierror.Append(errs, e)
 		}
 		if err := v.ReadConfig(bytes.NewReader(raw)); err != nil {
@@ -93,6 +97,7 @@ func Load(src Source, core *Config, modules map[string]any) (string, error) {
 		for _, env := range append([]string{EnvName(key)}, envAliases[key]...) {
 			if val, ok := lookup(env); ok {
 				v.Set(key, val)
+				delete(lines, key)
 				break
 			}
 		}
@@ -101,7 +106,14 @@ func Load(src Source, core *Config, modules map[string]any) (string, error) {
 		for key, flag := range src.FlagKeys {
 			if f := src.Flags.Lookup(flag); f != nil && f.Changed {
 				v.Set(key, f.Value.String())
+				delete(lines, key)
 			}
+		}
+	}
+
+	if src.Positions != nil {
+		for key, line := range lines {
+			src.Positions[key] = fmt.Sprintf("%s:%d", file, line)
 		}
 	}
 
@@ -199,8 +211,8 @@ func yamlName(f reflect.StructField) string {
 
 // checkKeys walks the YAML document and reports every key that no section
 // declares, with its line, matching names exactly (viper alone would accept
-// `Listen` for `listen`).
-func checkKeys(file string, raw []byte, sections map[string]any) []error {
+// `Listen` for `listen`). It records the line of every known key in lines.
+func checkKeys(file string, raw []byte, sections map[string]any, lines map[string]int) []error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
 		return []error{fmt.Errorf("%s: %w", file, err)}
@@ -220,12 +232,12 @@ func checkKeys(file string, raw []byte, sections map[string]any) []error {
 			errs = append(errs, fmt.Errorf("%s:%d: unknown key %q", file, k.Line, k.Value))
 			continue
 		}
-		errs = append(errs, checkMapping(file, k.Value, val, reflect.TypeOf(section).Elem())...)
+		errs = append(errs, checkMapping(file, k.Value, val, reflect.TypeOf(section).Elem(), lines)...)
 	}
 	return errs
 }
 
-func checkMapping(file, path string, node *yaml.Node, t reflect.Type) []error {
+func checkMapping(file, path string, node *yaml.Node, t reflect.Type, lines map[string]int) []error {
 	if node.Kind == yaml.ScalarNode && node.Tag == "!!null" {
 		return nil
 	}
@@ -248,8 +260,10 @@ func checkMapping(file, path string, node *yaml.Node, t reflect.Type) []error {
 			continue
 		}
 		if isSection(ft) {
-			errs = append(errs, checkMapping(file, key, val, ft)...)
+			errs = append(errs, checkMapping(file, key, val, ft, lines)...)
+			continue
 		}
+		lines[key] = k.Line
 	}
 	return errs
 }

@@ -153,3 +153,25 @@ func TestLoadOneOverrideKeepsTheSectionsOtherFileKeys(t *testing.T) {
 		t.Errorf("database = %+v, want dsn from file and migrate from env", core.Database)
 	}
 }
+
+func TestValidate_MalformedDSNFromEnvironmentHasNoLine(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "database:\n  dsn: \"orbit:pw@tcp(127.0.0.1:3306)/orbit\"\n")
+	env := func(name string) (string, bool) {
+		if name == "ORBIT_MYSQL_DSN" {
+			return "orbit:Secret99@tcp(127.0.0.1:3306)/", true
+		}
+		return "", false
+	}
+	core, positions := Default(), map[string]string{}
+	if _, err := Load(Source{File: path, LookupEnv: env, Positions: positions}, core, nil); err != nil {
+		t.Fatal(err)
+	}
+	err := core.ValidateAt(positions)
+	if err == nil || !strings.Contains(err.Error(), "database.dsn: must name the database") {
+		t.Fatalf("ValidateAt = %v, want a database.dsn problem", err)
+	}
+	if strings.Contains(err.Error(), path) || strings.Contains(err.Error(), "Secret99") {
+		t.Errorf("ValidateAt = %q: the file's line for a value from the environment, or the password", err)
+	}
+}

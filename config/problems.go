@@ -13,6 +13,9 @@ import (
 type Problems struct {
 	section string
 	errs    *multierror.Error
+	// positions holds the file:line of keys set by the file; a problem of
+	// such a key starts with it.
+	positions map[string]string
 }
 
 // NewProblems returns an empty list for section; with section "" keys are
@@ -23,6 +26,9 @@ func NewProblems(section string) *Problems { return &Problems{section: section} 
 func (p *Problems) Add(key, format string, args ...any) {
 	if p.section != "" {
 		key = p.section + "." + key
+	}
+	if pos := p.positions[key]; pos != "" {
+		key = pos + ": " + key
 	}
 	p.errs = multierror.Append(p.errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
 }

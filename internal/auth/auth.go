@@ -122,8 +122,30 @@ func NewAuthenticator(db *sql.DB) *Authenticator { return &Authenticator{db: db}
 // token. Callers must not tell these cases apart on the wire.
 var ErrUnauthenticated = httpx.Errorf(httpx.CodeUnauthenticated, "missing, invalid or revoked credential")
 
+// Header returns the request's Authorization header when it has exactly
+// one. Several are as unauthenticated as a malformed one (C-1): which one
+// a proxy or a framework would pick differs, so none is picked.
+func Header(h http.Header) (string, bool) {
+	values := h.Values("Authorization")
+	if len(values) != 1 {
+		return "", false
+	}
+	return values[0], true
+}
+
+// AuthenticateRequest resolves the Authorization header of a request, which
+// must be exactly one, like Authenticate.
+func (a *Authenticator) AuthenticateRequest(ctx context.Context, h http.Header) (*Principal, error) {
+	header, ok := Header(h)
+	if !ok {
+		return nil, ErrUnauthenticated
+	}
+	return a.Authenticate(ctx, header)
+}
+
 // Authenticate resolves an Authorization header value to a Principal. Every
 // failure is ErrUnauthenticated; database failures are returned as they are.
+// Requests go through AuthenticateRequest, which refuses several headers.
 func (a *Authenticator) Authenticate(ctx context.Context, header string) (*Principal, error) {
 	token, ok := bearerToken(header)
 	if !ok {
@@ -233,12 +255,13 @@ func FromContext(ctx context.Context) *Principal {
 }
 
 // Require wraps next so that it runs only for a caller that is authenticated
-// and holds perm (C-1, C-3): 401 UNAUTHENTICATED otherwise, or 403
+// and holds perm (C-1, C-3): 401 UNAUTHENTICATED otherwise (also for
+// several Authorization headers), or 403
 // PERMISSION_DENIED when the permission is missing. An empty perm requires
 // authentication only.
 func (a *Authenticator) Require(perm string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, err := a.Authenticate(r.Context(), r.Header.Get("Authorization"))
+		p, err := a.AuthenticateRequest(r.Context(), r.Header)
 		if err != nil {
 			httpx.WriteError(w, r, err)
 			return

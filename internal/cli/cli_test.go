@@ -671,3 +671,47 @@ func TestModulesCommand(t *testing.T) {
 		t.Error("the admin module is not part of the binary")
 	}
 }
+
+func TestValidate_MalformedDSN(t *testing.T) {
+	t.Parallel()
+	const password = "Pa55w0rdNeverShown"
+	tests := []struct {
+		name, dsn, want string
+	}{
+		{"UnterminatedAddress", "orbit:" + password + "@tcp(127.0.0.1:3306/orbit", "not a valid go-sql-driver/mysql DSN"},
+		{"NoSlash", "orbit:" + password + "@tcp(127.0.0.1:3306)", "not a valid go-sql-driver/mysql DSN"},
+		{"BadParameter", "orbit:" + password + "@tcp(127.0.0.1:3306)/orbit?parseTime=" + password, "not a valid go-sql-driver/mysql DSN"},
+		{"NoDatabase", "orbit:" + password + "@tcp(127.0.0.1:3306)/", "must name the database"},
+		{"NoDatabaseWithParameters", "orbit:" + password + "@tcp(127.0.0.1:3306)/?parseTime=true", "must name the database"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "orbit.yaml")
+			text := fmt.Sprintf("log:\n  level: info\ndatabase:\n  migrate: false\n  dsn: %q\n", tt.dsn)
+			if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := orbit(t, "validate", "--config", path)
+			if err == nil {
+				t.Fatalf("validate accepted dsn %q", tt.dsn)
+			}
+			if want := path + ":5: database.dsn: "; !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("validate = %q, want %q…%q", err, want, tt.want)
+			}
+			if strings.Contains(err.Error(), password) {
+				t.Errorf("validate printed the password: %q", err)
+			}
+		})
+	}
+	t.Run("Valid", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "orbit.yaml")
+		if err := os.WriteFile(path, []byte("database:\n  dsn: \"orbit:"+password+"@tcp(127.0.0.1:3306)/orbit?parseTime=true\"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := orbit(t, "validate", "--config", path); err != nil {
+			t.Fatalf("validate refused a valid DSN: %v", err)
+		}
+	})
+}

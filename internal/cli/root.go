@@ -85,12 +85,13 @@ func Execute(root *cobra.Command) {
 // every module's section, and validates all of it, returning every error.
 func (a *App) LoadConfig(cmd *cobra.Command) (*config.Config, error) {
 	core := config.Default()
-	file, err := config.Load(config.Source{File: a.configFile, Flags: cmd.Flags(), FlagKeys: a.flagKeys}, core, a.instances.Sections())
+	positions := map[string]string{}
+	file, err := config.Load(config.Source{File: a.configFile, Flags: cmd.Flags(), FlagKeys: a.flagKeys, Positions: positions}, core, a.instances.Sections())
 	var errs []error
 	if err != nil {
 		errs = append(errs, err)
 	}
-	if err := core.Validate(); err != nil {
+	if err := core.ValidateAt(positions); err != nil {
 		errs = append(errs, err)
 	}
 	if err := a.instances.Validate(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"reflect"
 	"strings"
 	"unicode/utf8"
@@ -53,7 +54,9 @@ func rejectNull(dec *jsontext.Decoder, v any) error {
 // DecodeJSON reads the request body, at most MaxBodyBytes, and decodes it
 // into dst under the rules of C-8. The Content-Type must be
 // application/json, optionally with charset=utf-8. Every failure is a
-// 400 INVALID_ARGUMENT *Error whose message names the field at fault.
+// 400 INVALID_ARGUMENT *Error whose message names the field at fault,
+// except a body that does not arrive within the request deadline: 503
+// UNAVAILABLE (C-12).
 //
 // dst is normally a pointer to a struct whose fields all have json tags;
 // a field without a tag would be matched by its Go name. JSON null is
@@ -69,19 +72,32 @@ func DecodeJSON(r *http.Request, dst any) error {
 	if r.ContentLength > MaxBodyBytes {
 		return tooLarge("request body")
 	}
-	var b []byte
-	if r.Body != nil {
-		var err error
-		b, err = io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
-		if err != nil {
-			var maxErr *http.MaxBytesError
-			if errors.As(err, &maxErr) {
-				return tooLarge("request body")
-			}
-			return &Error{Code: CodeInvalidArgument, Message: "request body could not be read"}
-		}
+	b, err := readBody(r)
+	if err != nil {
+		return err
 	}
 	return decodeJSON(b, dst, "request body")
+}
+
+// readBody reads the body of r, at most MaxBodyBytes+1 bytes. A body that
+// does not arrive within the request deadline (see Middleware) is a 503
+// UNAVAILABLE *Error, as C-12 answers a request past its deadline; any
+// other failure is a 400 INVALID_ARGUMENT *Error.
+func readBody(r *http.Request) ([]byte, error) {
+	if r.Body == nil {
+		return nil, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
+	switch {
+	case err == nil:
+		return b, nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, &Error{Code: CodeUnavailable, Message: "request deadline exceeded"}
+	case errors.As(err, new(*http.MaxBytesError)):
+		return nil, tooLarge("request body")
+	default:
+		return nil, &Error{Code: CodeInvalidArgument, Message: "request body could not be read"}
+	}
 }
 
 // DecodeJSONBytes decodes b into dst under the same rules as DecodeJSON,

@@ -14,9 +14,9 @@ func ReadJSON(r *http.Request, dst any) ([]byte, error) {
 	if _, err := Query(r); err != nil {
 		return nil, err
 	}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
+	raw, err := readBody(r)
 	if err != nil {
-		return nil, Errorf(CodeInvalidArgument, "request body could not be read")
+		return nil, err
 	}
 	r.Body = io.NopCloser(bytes.NewReader(raw))
 	if err := DecodeJSON(r, dst); err != nil {

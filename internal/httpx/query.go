@@ -1,10 +1,12 @@
 package httpx
 
 import (
+	"errors"
 	"maps"
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 )
 
 // Query returns the URL query parameters of r (C-9). Only the allowed names
@@ -12,8 +14,16 @@ import (
 // including a malformed query string, is a 400 INVALID_ARGUMENT *Error.
 // An endpoint that takes no parameters calls Query(r) to reject any.
 // Messages never repeat parameter values.
+//
+// A '?' must introduce parameters: a bare '?' and empty pieces ("?&",
+// "a=1&&b=2", a trailing '&') are malformed, on HTTP routes and WebSocket
+// upgrades alike. Such a URL is what a client builds when it drops a value,
+// and the SDK refuses a base URL with a bare '?' as a query.
 func Query(r *http.Request, allowed ...string) (map[string]string, error) {
 	values, err := url.ParseQuery(r.URL.RawQuery)
+	if err == nil && hasEmptyPiece(r.URL) {
+		err = errors.New("empty query")
+	}
 	if err != nil {
 		return nil, &Error{Code: CodeInvalidArgument, Message: "malformed query string"}
 	}
@@ -34,6 +44,23 @@ func Query(r *http.Request, allowed ...string) (map[string]string, error) {
 		q[name] = vs[0]
 	}
 	return q, nil
+}
+
+// hasEmptyPiece reports whether u has a '?' without a parameter after it,
+// or an empty piece between '&'s, which url.ParseQuery skips.
+func hasEmptyPiece(u *url.URL) bool {
+	if u.ForceQuery {
+		return true
+	}
+	if u.RawQuery == "" {
+		return false
+	}
+	for piece := range strings.SplitSeq(u.RawQuery, "&") {
+		if piece == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // quotable reports whether an unknown parameter name is short and plain

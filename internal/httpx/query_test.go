@@ -33,6 +33,9 @@ func TestC9_Query(t *testing.T) {
 		{name: "NoValue", query: "cursor", allowed: list, message: `query parameter "cursor" must not be empty`},
 		{name: "Semicolon", query: "limit=5;cursor=c", allowed: list, message: "malformed query string"},
 		{name: "BadEscape", query: "limit=%zz", allowed: list, message: "malformed query string"},
+		{name: "OnlyAmpersand", query: "&", allowed: list, message: "malformed query string"},
+		{name: "TrailingAmpersand", query: "limit=5&", allowed: list, message: "malformed query string"},
+		{name: "DoubleAmpersand", query: "limit=5&&cursor=c", allowed: list, message: "malformed query string"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,6 +51,20 @@ func TestC9_Query(t *testing.T) {
 				t.Fatalf("Query = %v, %v; want %v", got, err, tt.want)
 			}
 		})
+	}
+}
+
+// A bare '?' carries no parameter but is not the absence of a query: it is
+// refused like the other malformed queries, as on WebSocket upgrades.
+func TestC9_BareQuestionMarkRefused(t *testing.T) {
+	t.Parallel()
+	for _, allowed := range [][]string{nil, {"limit"}} {
+		r := httptest.NewRequest(http.MethodGet, "/v1/subscriptions?", nil)
+		if !r.URL.ForceQuery || r.URL.RawQuery != "" {
+			t.Fatalf("URL %#v does not end in a bare '?'", r.URL)
+		}
+		_, err := Query(r, allowed...)
+		wantInvalid(t, err, "malformed query string")
 	}
 }
 

@@ -317,3 +317,44 @@ func TestCredentialEndpoint(t *testing.T) {
 }
 
 // ---- C-6, C-7: envelope and error codes --------------------------------------
+
+// Several Authorization headers are refused like a malformed one, on every
+// route, whichever of them is valid: a proxy and the server might each
+// pick another one.
+func TestC1_DuplicateAuthorizationRefused(t *testing.T) {
+	t.Parallel()
+	srv, cred := setup(t)
+	other := srv.Credential(t, servertest.CredentialParams{Permissions: allTaskPermissions})
+	valid, otherValid := "Bearer "+cred.Token, "Bearer "+other.Token
+	tests := []struct {
+		name   string
+		values []string
+	}{
+		{"SameTokenTwice", []string{valid, valid}},
+		{"TwoCredentials", []string{valid, otherValid}},
+		{"ValidFirst", []string{valid, "Bearer nobody"}},
+		{"ValidLast", []string{"Basic b3JiaXQ6c2VjcmV0", valid}},
+		{"EmptyFirst", []string{"", valid}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			for _, req := range []rawRequest{
+				{method: http.MethodGet, path: "/v1/credential"},
+				{method: http.MethodGet, path: "/v1/test-widgets"},
+				{method: http.MethodPost, path: "/v1/test-widgets", body: strings.NewReader(`{"name":"w"}`)},
+			} {
+				req.header = writeHeader("", "c1-dup-"+tt.name)
+				req.header["Authorization"] = tt.values
+				resp := mustSend(t, srv, req)
+				wantError(t, resp, http.StatusUnauthorized, httpx.CodeUnauthenticated)
+				if resp.Error.Message != auth.ErrUnauthenticated.Message {
+					t.Errorf("%s %s: message %q, want the one of every 401", req.method, req.path, resp.Error.Message)
+				}
+			}
+		})
+	}
+	if n := countWidgets(t, srv, cred.CredentialID) + countWidgets(t, srv, other.CredentialID); n != 0 {
+		t.Errorf("writes with several Authorization headers created %d widgets", n)
+	}
+}

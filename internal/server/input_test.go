@@ -3,6 +3,7 @@ package server_test
 // The envelope, error codes and strict input (C-6 … C-11), end to end.
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/servertest"
@@ -450,3 +452,48 @@ func TestC11_IDsAndNames(t *testing.T) {
 }
 
 // ---- C-12: deadline ------------------------------------------------------------
+
+// One rule for a bare '?' on HTTP routes and WebSocket upgrades: it is a
+// malformed query, 400 INVALID_ARGUMENT, like an empty piece between '&'s.
+func TestC9_BareQuestionMarkRefusedEverywhere(t *testing.T) {
+	t.Parallel()
+	srv, cred := setup(t)
+	consumer := srv.Credential(t, servertest.CredentialParams{Permissions: []string{auth.PermEventsConsume, auth.PermTasksWork}})
+	upgrade := func(protocol string) string {
+		return "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" +
+			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: " + protocol + "\r\n" +
+			"Authorization: Bearer " + consumer.Token + "\r\n"
+	}
+	bearer := "Authorization: Bearer " + cred.Token + "\r\n"
+	tests := []struct {
+		name, target, header string
+		want                 int
+	}{
+		{"Health", "/healthz?", "", http.StatusBadRequest},
+		{"Route", "/v1/credential?", bearer, http.StatusBadRequest},
+		{"List", "/v1/test-widgets?", bearer, http.StatusBadRequest},
+		{"ListOnlyAmpersand", "/v1/test-widgets?&", bearer, http.StatusBadRequest},
+		{"ListTrailingAmpersand", "/v1/test-widgets?limit=5&", bearer, http.StatusBadRequest},
+		{"ListWithLimit", "/v1/test-widgets?limit=5", bearer, http.StatusOK},
+		{"EventsUpgrade", "/v1/events/connect?", upgrade("orbit.events.v1"), http.StatusBadRequest},
+		{"WorkersUpgrade", "/v1/workers/connect?", upgrade("orbit.workers.v1"), http.StatusBadRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			conn := dialServer(t, srv)
+			if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", tt.target, strings.TrimPrefix(srv.URL, "http://"), tt.header); err != nil {
+				t.Fatal(err)
+			}
+			resp := readResponse(t, conn, bufio.NewReader(conn), time.Now().Add(connBound))
+			if tt.want == http.StatusOK {
+				wantData(t, resp, http.StatusOK, nil)
+				return
+			}
+			wantError(t, resp, tt.want, httpx.CodeInvalidArgument)
+			if resp.Error.Message != "malformed query string" {
+				t.Errorf("message %q, want malformed query string", resp.Error.Message)
+			}
+		})
+	}
+}

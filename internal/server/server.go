@@ -25,6 +25,10 @@ import (
 // healthTimeout bounds the database checks of /readyz.
 const healthTimeout = 2 * time.Second
 
+// readHeaderTimeout bounds the wait for a request's headers. The body is
+// bounded by the request deadline (httpx.Middleware).
+const readHeaderTimeout = 10 * time.Second
+
 // Server is one orbit server node.
 type Server struct {
 	cfg     *config.Config
@@ -86,11 +90,8 @@ func (s *Server) Start(ctx context.Context, ln net.Listener) error {
 	if err := s.host.Start(ctx); err != nil {
 		return err
 	}
-	s.http = &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
-	}
+	s.http = s.HTTPServer()
+	ln = s.Listener(ln)
 	s.serveCh = make(chan error, 1)
 	cert, key := s.cfg.Server.TLSCertFile, s.cfg.Server.TLSKeyFile
 	go func() {
@@ -107,6 +108,32 @@ func (s *Server) Start(ctx context.Context, ln net.Listener) error {
 		s.serveCh <- err
 	}()
 	return nil
+}
+
+// HTTPServer returns an http.Server for the node's handler with its
+// timeouts: headers within 10 seconds, keep-alive connections closed after
+// server.idle_timeout. There is no ReadTimeout or WriteTimeout, which would
+// also cut long-lived WebSocket connections; the body of a request is
+// bounded by its deadline in httpx.Middleware instead. Start serves with
+// it; tests may serve it themselves.
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       s.cfg.Server.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// Listener bounds ln to server.max_connections open connections,
+// WebSocket connections included: once they are all open, new ones wait
+// to be accepted until one closes. Start listens through it; tests may too.
+func (s *Server) Listener(ln net.Listener) net.Listener {
+	if s.cfg.Server.MaxConnections < 1 {
+		// A config that skipped Validate; nothing to bound by.
+		return ln
+	}
+	return newLimitListener(ln, s.cfg.Server.MaxConnections)
 }
 
 // Wait blocks until the HTTP server stops and returns why.

@@ -6,7 +6,6 @@ package server_test
 // be driven end to end through one small, fully controlled API.
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -201,18 +200,7 @@ func widgetGet(ctx context.Context, q querier, credentialID, id string) (*widget
 // idempotency digest and decodes it strictly into dst. The write takes no
 // query parameters.
 func readBody(r *http.Request, dst any) ([]byte, error) {
-	if _, err := httpx.Query(r); err != nil {
-		return nil, err
-	}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, httpx.MaxBodyBytes+1))
-	if err != nil {
-		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "request body could not be read")
-	}
-	r.Body = io.NopCloser(bytes.NewReader(raw))
-	if err := httpx.DecodeJSON(r, dst); err != nil {
-		return nil, err
-	}
-	return raw, nil
+	return httpx.ReadJSON(r, dst)
 }
 
 type createWidgetRequest struct {

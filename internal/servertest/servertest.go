@@ -69,7 +69,12 @@ func Start(t testing.TB, opts ...Option) *Server {
 	if err := srv.StartModules(ctx); err != nil {
 		t.Fatalf("servertest: start modules: %v", err)
 	}
-	hs := httptest.NewServer(srv.Handler())
+	// The node's own http.Server and listener, so that its timeouts and
+	// connection limit hold in tests too.
+	hs := httptest.NewUnstartedServer(nil)
+	hs.Config = srv.HTTPServer()
+	hs.Listener = srv.Listener(hs.Listener)
+	hs.Start()
 	t.Cleanup(func() {
 		hs.CloseClientConnections()
 		hs.Close()

@@ -74,8 +74,10 @@ func (e *CloseError) Error() string {
 //     MaxFrameBytes closes it with 1009.
 //   - Before BindSession, client frames must not carry a session_id; after
 //     it, every client frame must carry the bound one.
-//   - A write that times out, or a Send that finds the outbound queue full
-//     for the write timeout, ends the connection without a close frame.
+//   - A write that times out, a Send that finds the outbound queue full
+//     for the write timeout, or (on Linux) data that waits in the kernel
+//     for the write timeout without the client acknowledging any of it,
+//     ends the connection without a close frame and resets it.
 //
 // Send, SendError, Close, BindSession and the accessors are safe for
 // concurrent use; Recv is meant for one goroutine at a time.
@@ -100,6 +102,7 @@ type Conn struct {
 	sendClose bool          // set before closing is closed
 
 	gotFrame   atomic.Bool // the client has sent a frame
+	reset      atomic.Bool // the client stopped taking data: reset, do not linger
 	readerDone chan struct{}
 	peerClosed bool // written by the reader before readerDone is closed
 	done       chan struct{}
@@ -268,7 +271,7 @@ func (c *Conn) Send(f *Frame) error {
 	case <-c.closing:
 		return ErrClosed
 	case <-timer.C:
-		c.shutdown(CloseAbnormal, "outbound queue full", false, false)
+		c.stalled("outbound queue full")
 		return fmt.Errorf("wsx: send %s: outbound queue full for %s: %w", f.Type, c.cfg.WriteTimeout, ErrClosed)
 	}
 }
@@ -416,8 +419,25 @@ func (c *Conn) readFailed(err error) {
 	}
 }
 
+// stalled ends a connection whose client stopped taking data.
+func (c *Conn) stalled(reason string) {
+	c.reset.Store(true)
+	c.shutdown(CloseAbnormal, reason, false, false)
+}
+
 // writeLoop is the writer goroutine; it also tears the connection down.
 func (c *Conn) writeLoop() {
+	// Between writes, the watch tells a client that stopped reading while
+	// the kernel still takes every frame (E-14: writes time out after the
+	// write timeout, counted from the first byte the client does not
+	// take).
+	watch := newSendWatch(c.ws.NetConn())
+	var tick <-chan time.Time
+	if watch != nil {
+		t := time.NewTicker(c.cfg.WriteTimeout / 10)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		if c.isClosing() {
 			c.teardown()
@@ -426,11 +446,15 @@ func (c *Conn) writeLoop() {
 		select {
 		case b := <-c.out:
 			if err := c.write(b, time.Now().Add(c.cfg.WriteTimeout)); err != nil {
-				reason := "write failed"
 				if isTimeout(err) {
-					reason = "write timeout"
+					c.stalled("write timeout")
+				} else {
+					c.shutdown(CloseAbnormal, "write failed", false, false)
 				}
-				c.shutdown(CloseAbnormal, reason, false, false)
+			}
+		case now := <-tick:
+			if watch.stalledFor(now) >= c.cfg.WriteTimeout {
+				c.stalled("write timeout")
 			}
 		case <-c.closing:
 		}
@@ -459,6 +483,11 @@ func (c *Conn) teardown() {
 		// long.
 		_ = c.ws.SetReadDeadline(time.Now().Add(c.cfg.WriteTimeout))
 	} else {
+		if tc, ok := rawConn(c.ws.NetConn()).(*net.TCPConn); ok && c.reset.Load() {
+			// Closing would leave the kernel holding the unread data
+			// and the FIN behind it for minutes: reset at once.
+			_ = tc.SetLinger(0)
+		}
 		_ = c.ws.NetConn().Close()
 	}
 	<-c.readerDone
@@ -517,3 +546,15 @@ func truncateReason(s string) string {
 }
 
 var _ error = (*CloseError)(nil)
+
+// rawConn returns the connection under c's wrappers, such as *tls.Conn or
+// a connection-limiting listener's conn: each must have a NetConn method.
+func rawConn(c net.Conn) net.Conn {
+	for {
+		w, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return c
+		}
+		c = w.NetConn()
+	}
+}

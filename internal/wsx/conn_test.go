@@ -3,8 +3,12 @@ package wsx
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -349,6 +353,86 @@ func TestE14_WriteTimeoutClosesConnection(t *testing.T) {
 	if got := waitDone(t, server); got.Code != CloseAbnormal {
 		t.Errorf("server close = %+v", got)
 	}
+}
+
+// A client that stops reading is closed within about the write timeout
+// even when every frame fits the kernel's send buffer, so that no write
+// ever blocks, and even while it keeps sending pings (E-14, F-5).
+func TestE14_NeverReadingClientClosedWithinWriteTimeout(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("the send watch is Linux only")
+	}
+	const writeTimeout = time.Second
+	// A behaviour bound, not a speed target: well above the write timeout,
+	// well below the idle timeout that closed such clients before.
+	const bound = 30 * time.Second
+	env := setup(t, func(c *Config) { c.WriteTimeout = writeTimeout })
+	ws := dialTinyReceiveBuffer(t, env)
+	server := env.accept(t)
+	send(t, ws, helloText)
+	recv(t, server)
+
+	// 64 KiB: far more than the client's receive buffer takes, far less
+	// than the server's send buffer does.
+	start := time.Now()
+	pad := map[string]string{"pad": strings.Repeat("x", 1024)}
+	for i := range 64 {
+		f, _ := NewFrame("event.deliver", "", pad)
+		if err := server.Send(f); err != nil {
+			t.Fatalf("Send %d: %v", i, err)
+		}
+	}
+	ticker := time.NewTicker(200 * time.Millisecond)
+	defer ticker.Stop()
+	timeout := time.After(bound)
+wait:
+	for {
+		select {
+		case <-server.Done():
+			break wait
+		case <-ticker.C:
+			_ = ws.SetWriteDeadline(time.Now().Add(testWait))
+			_ = ws.WriteMessage(websocket.TextMessage, []byte(pingText("")))
+		case <-timeout:
+			t.Fatalf("a client that never reads is still open after %s (write timeout %s)", bound, writeTimeout)
+		}
+	}
+	if got := waitDone(t, server); got.Code != CloseAbnormal || got.Reason != "write timeout" {
+		t.Errorf("server close = %+v, want 1006 write timeout", got)
+	}
+	t.Logf("closed %s after the frames were queued", time.Since(start).Round(100*time.Millisecond))
+	// The client learns it as soon as it writes.
+	for {
+		_ = ws.SetWriteDeadline(time.Now().Add(testWait))
+		if err := ws.WriteMessage(websocket.TextMessage, []byte(pingText(""))); err != nil {
+			break
+		}
+		if time.Since(start) > bound+testWait {
+			t.Fatal("the client can still write to a closed connection")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// dialTinyReceiveBuffer opens a client connection whose socket has the
+// smallest receive buffer the kernel allows, and never reads from it.
+func dialTinyReceiveBuffer(t *testing.T, env *testEnv) *websocket.Conn {
+	t.Helper()
+	nd := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1024)
+		})
+		return errors.Join(err, serr)
+	}}
+	d := websocket.Dialer{Subprotocols: []string{testProtocol}, HandshakeTimeout: testWait, NetDialContext: nd.DialContext}
+	ws, _, err := d.Dial(env.url, http.Header{"Authorization": {tokenConsumer}})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { _ = ws.Close() })
+	return ws
 }
 
 func TestE15_ErrorFrameThenClose(t *testing.T) {

@@ -44,13 +44,9 @@ type AuthenticateFunc func(r *http.Request) (*auth.Principal, error)
 // seconds. A request with several Authorization headers is unauthenticated.
 func FromAuthenticator(a *auth.Authenticator) AuthenticateFunc {
 	return func(r *http.Request) (*auth.Principal, error) {
-		values := r.Header.Values("Authorization")
-		if len(values) != 1 {
-			return nil, auth.ErrUnauthenticated
-		}
 		ctx, cancel := context.WithTimeout(r.Context(), authTimeout)
 		defer cancel()
-		return a.Authenticate(ctx, values[0])
+		return a.AuthenticateRequest(ctx, r.Header)
 	}
 }
 
@@ -215,6 +211,9 @@ func (e *Entry) Upgrade(w http.ResponseWriter, r *http.Request) (*Conn, error) {
 		e.release(nil)
 		return nil, fmt.Errorf("wsx: upgrade: %w", err)
 	}
+	// The HTTP server's read deadline for the request would otherwise
+	// end the connection; the reader keeps its own timers.
+	_ = ws.NetConn().SetReadDeadline(time.Time{})
 	c := newConn(e, ws, r, p)
 	e.mu.Lock()
 	e.conns[c] = true
@@ -232,11 +231,10 @@ func (e *Entry) check(r *http.Request) (*auth.Principal, error) {
 	if r.Method != http.MethodGet {
 		return nil, httpx.Errorf(httpx.CodeMethodNotAllowed, "method not allowed for this route")
 	}
+	// The rule of every endpoint without parameters: any parameter, and
+	// a bare '?', is 400.
 	if _, err := httpx.Query(r); err != nil {
 		return nil, err
-	}
-	if r.URL.RawQuery != "" || r.URL.ForceQuery {
-		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "this endpoint takes no query parameters")
 	}
 	if !sameOrigin(r) {
 		return nil, httpx.Errorf(httpx.CodePermissionDenied, "cross-origin WebSocket requests are not allowed")

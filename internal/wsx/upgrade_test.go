@@ -3,6 +3,8 @@ package wsx
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -269,5 +271,43 @@ func TestConfigErrors(t *testing.T) {
 	if c.MaxConns != 128 || c.InboundQueue != 4 || c.OutboundQueue != 8 || c.WriteTimeout != 5*time.Second ||
 		c.IdleTimeout != 60*time.Second || c.HelloTimeout != 5*time.Second {
 		t.Errorf("defaults = %+v", c)
+	}
+}
+
+// The read deadline that bounds an HTTP request's body (httpx.Middleware)
+// must not end the WebSocket connection the request became.
+func TestC12_UpgradedConnectionOutlivesRequestDeadline(t *testing.T) {
+	t.Parallel()
+	const deadline = 100 * time.Millisecond
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	entry, err := NewEntry(Config{Subprotocol: testProtocol, Permission: auth.PermEventsConsume, Authenticate: testAuthenticate, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make(chan *Conn, 1)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, err := entry.Upgrade(w, r); err == nil {
+			conns <- c
+		}
+	})
+	srv := httptest.NewServer(httpx.Middleware(httpx.MiddlewareOptions{Logger: logger, Deadline: deadline}, httpx.NoDeadline(handler)))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testWait)
+		defer cancel()
+		_ = entry.Shutdown(ctx)
+		srv.Close()
+	})
+	d := websocket.Dialer{Subprotocols: []string{testProtocol}, HandshakeTimeout: testWait}
+	ws, _, err := d.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+testPath, http.Header{"Authorization": {tokenConsumer}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	server := <-conns
+	// Past the deadline and the one second of grace for the body.
+	time.Sleep(deadline + 1500*time.Millisecond)
+	send(t, ws, helloText)
+	if f := recv(t, server); f.Type != "events.hello" {
+		t.Fatalf("got %s", f.Type)
 	}
 }
