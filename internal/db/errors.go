@@ -1,7 +1,12 @@
 package db
 
 import (
+	"context"
+	"database/sql/driver"
 	"errors"
+	"io"
+	"net"
+	"syscall"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -12,6 +17,24 @@ const (
 	errLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
 	errDeadlock        = 1213 // ER_LOCK_DEADLOCK
 )
+
+// unavailableNumbers are the server and client error numbers that say the
+// database cannot be reached or is going away, rather than that a statement
+// is wrong.
+var unavailableNumbers = map[uint16]bool{
+	1040: true, // ER_CON_COUNT_ERROR: too many connections
+	1053: true, // ER_SERVER_SHUTDOWN: server shutdown in progress
+	1152: true, // ER_ABORTING_CONNECTION
+	1158: true, // ER_NET_READ_ERROR
+	1159: true, // ER_NET_READ_INTERRUPTED
+	1160: true, // ER_NET_ERROR_ON_WRITE
+	1161: true, // ER_NET_WRITE_INTERRUPTED
+	1927: true, // ER_CONNECTION_KILLED (MariaDB)
+	2002: true, // CR_CONNECTION_ERROR
+	2003: true, // CR_CONN_HOST_ERROR
+	2006: true, // CR_SERVER_GONE_ERROR
+	2013: true, // CR_SERVER_LOST
+}
 
 // IsDuplicateKey reports whether err, or an error it wraps, is MySQL's
 // duplicate key error (1062).
@@ -30,6 +53,44 @@ func IsDeadlock(err error) bool {
 // the transaction.
 func IsLockTimeout(err error) bool {
 	return hasNumber(err, errLockWaitTimeout)
+}
+
+// IsUnavailable reports whether err, or an error it wraps, says that the
+// database could not be reached or did not answer in time: a refused or
+// broken connection (driver.ErrBadConn, mysql.ErrInvalidConn, network
+// errors, an unexpected EOF), a deadline that passed, or a MySQL error
+// number that means the server is gone, shutting down or full. Such a
+// failure is temporary: the same request may succeed once the database is
+// back. A canceled context is not unavailability: the caller gave up.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return unavailableNumbers[me.Number]
+	}
+	var (
+		oe *net.OpError
+		ne net.Error
+	)
+	switch {
+	case errors.Is(err, driver.ErrBadConn),
+		errors.Is(err, mysql.ErrInvalidConn),
+		errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE):
+		return true
+	case errors.As(err, &oe):
+		// Dial, read and write failures: refused, unreachable, reset.
+		return true
+	case errors.As(err, &ne) && ne.Timeout():
+		// I/O timeouts.
+		return true
+	}
+	return false
 }
 
 func hasNumber(err error, number uint16) bool {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/go-json-experiment/json"
 	"github.com/gorilla/mux"
+
+	"github.com/orbitrun/orbit/internal/db"
 )
 
 // dataEnvelope is the body of a successful response (C-6).
@@ -32,6 +34,15 @@ type errorBody struct {
 // internalMessage is the only message a client sees for an INTERNAL error.
 const internalMessage = "internal error"
 
+// ErrDatabaseUnavailable is what a client is told when the database cannot
+// be reached: 503 UNAVAILABLE with Retry-After, on HTTP and in WebSocket
+// error frames alike.
+var ErrDatabaseUnavailable = &Error{Code: CodeUnavailable, Message: "the database is unavailable; retry later"}
+
+// retryAfterSeconds is the Retry-After of CAPACITY_EXCEEDED and UNAVAILABLE:
+// both are temporary, and a client should try again soon but not at once.
+const retryAfterSeconds = "1"
+
 // WriteData writes status and the envelope {"request_id": …, "data": data}.
 // If data cannot be encoded, which is a bug, it writes an INTERNAL error
 // instead and logs the cause.
@@ -48,9 +59,12 @@ func WriteData(w http.ResponseWriter, r *http.Request, status int, data any) {
 // WriteError writes the error envelope for err. An *Error found with
 // errors.As is sent with its own code and message; context.DeadlineExceeded
 // becomes UNAVAILABLE "request deadline exceeded" (C-12) and
-// context.Canceled becomes UNAVAILABLE "request canceled". Anything else is
-// a bug: the client gets INTERNAL with a generic message and the error is
-// logged with the request id. CAPACITY_EXCEEDED also sets Retry-After: 1.
+// context.Canceled becomes UNAVAILABLE "request canceled"; an error that
+// says the database cannot be reached (db.IsUnavailable) becomes
+// ErrDatabaseUnavailable and is logged as a warning. Anything else is a bug:
+// the client gets INTERNAL with a generic message and the error is logged
+// with the request id. CAPACITY_EXCEEDED and UNAVAILABLE also set
+// Retry-After: 1.
 func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	id := requestID(r)
 	writeError(w, id, wireError(r, id, err))
@@ -70,6 +84,9 @@ func wireError(r *http.Request, id string, err error) *Error {
 		return &Error{Code: CodeUnavailable, Message: "request deadline exceeded"}
 	case errors.Is(err, context.Canceled):
 		return &Error{Code: CodeUnavailable, Message: "request canceled"}
+	case db.IsUnavailable(err):
+		logger(r, id).LogAttrs(r.Context(), slog.LevelWarn, "database unavailable", slog.String("error", err.Error()))
+		return ErrDatabaseUnavailable
 	case err == nil:
 		return internalError(r, id, "WriteError called with a nil error")
 	default:
@@ -91,8 +108,8 @@ func writeError(w http.ResponseWriter, id string, e *Error) {
 		// Only invalid UTF-8 in the message can get here.
 		body, _ = json.Marshal(errorEnvelope{RequestID: id, Error: errorBody{Code: e.Code, Message: strings.ToValidUTF8(e.Message, "\uFFFD")}})
 	}
-	if e.Code == CodeCapacityExceeded {
-		w.Header().Set("Retry-After", "1")
+	if e.Code == CodeCapacityExceeded || e.Code == CodeUnavailable {
+		w.Header().Set("Retry-After", retryAfterSeconds)
 	}
 	writeBody(w, id, e.Code.Status(), body)
 }

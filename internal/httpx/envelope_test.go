@@ -2,12 +2,18 @@ package httpx
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 func TestC6_Envelope(t *testing.T) {
@@ -226,4 +232,53 @@ func TestC7_WriteError(t *testing.T) {
 			t.Fatalf("message = %q", env.Error.Message)
 		}
 	})
+}
+
+// TestC7_DatabaseDownIsUnavailable: an error that says the database cannot
+// be reached, however deeply wrapped, is 503 UNAVAILABLE with Retry-After
+// and logged as a warning, not 500 INTERNAL; UNAVAILABLE from a handler
+// carries Retry-After too.
+func TestC7_DatabaseDownIsUnavailable(t *testing.T) {
+	t.Parallel()
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}
+	tests := []struct {
+		name    string
+		err     error
+		message string
+		warned  bool // logged as "database unavailable"
+	}{
+		{name: "ConnectionRefused", err: fmt.Errorf("auth: look up credential: %w", refused), message: ErrDatabaseUnavailable.Message, warned: true},
+		{name: "BadConn", err: fmt.Errorf("tasks: submit: %w", driver.ErrBadConn), message: ErrDatabaseUnavailable.Message, warned: true},
+		{name: "InvalidConn", err: fmt.Errorf("tasks: list: %w", mysql.ErrInvalidConn), message: ErrDatabaseUnavailable.Message, warned: true},
+		{name: "ServerGone", err: fmt.Errorf("idem: %w", &mysql.MySQLError{Number: 2006, Message: "MySQL server has gone away"}), message: ErrDatabaseUnavailable.Message, warned: true},
+		{name: "ServerShutdown", err: &mysql.MySQLError{Number: 1053, Message: "Server shutdown in progress"}, message: ErrDatabaseUnavailable.Message, warned: true},
+		{name: "Handler", err: Errorf(CodeUnavailable, "database unreachable"), message: "database unreachable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			logger, logs := testLogger()
+			handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { WriteError(w, r, tt.err) })
+			w := serve(t, MiddlewareOptions{Logger: logger}, handler, httptest.NewRequest(http.MethodGet, "/", nil))
+			env := checkEnvelope(t, w)
+			if w.Code != http.StatusServiceUnavailable || env.Error == nil || env.Error.Code != CodeUnavailable || env.Error.Message != tt.message {
+				t.Fatalf("status %d body %s, want 503 UNAVAILABLE %q", w.Code, w.Body, tt.message)
+			}
+			if got := w.Header().Get("Retry-After"); got != "1" {
+				t.Errorf("Retry-After = %q, want 1", got)
+			}
+			warned := false
+			for _, rec := range logs.records(t) {
+				switch rec["msg"] {
+				case "internal error":
+					t.Errorf("logged as an internal error: %v", rec)
+				case "database unavailable":
+					warned = rec["level"] == "WARN"
+				}
+			}
+			if warned != tt.warned {
+				t.Errorf("warned = %v, want %v; logs %s", warned, tt.warned, logs)
+			}
+		})
+	}
 }

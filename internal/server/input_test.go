@@ -109,11 +109,13 @@ func TestC7_ErrorCodes(t *testing.T) {
 			if resp.Error.Message != "test error "+string(tt.code) {
 				t.Errorf("message %q was not passed through", resp.Error.Message)
 			}
+			// Temporary refusals say when to retry; no other does.
 			retry := resp.Header.Get("Retry-After")
-			if tt.code == httpx.CodeCapacityExceeded && retry != "1" {
+			temporary := tt.code == httpx.CodeCapacityExceeded || tt.code == httpx.CodeUnavailable
+			if temporary && retry != "1" {
 				t.Errorf("Retry-After = %q, want 1", retry)
 			}
-			if tt.code != httpx.CodeCapacityExceeded && retry != "" {
+			if !temporary && retry != "" {
 				t.Errorf("Retry-After = %q on %s", retry, tt.code)
 			}
 		})

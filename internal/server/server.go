@@ -35,6 +35,7 @@ type Server struct {
 	db      *sql.DB
 	logger  *slog.Logger
 	host    *modules.Host
+	router  *mux.Router
 	handler http.Handler
 	http    *http.Server
 	serveCh chan error
@@ -70,6 +71,7 @@ func New(ctx context.Context, p Params) (*Server, error) {
 	r.Handle("/healthz", http.HandlerFunc(s.healthz)).Methods(http.MethodGet)
 	r.Handle("/readyz", http.HandlerFunc(s.readyz)).Methods(http.MethodGet)
 	host.Routes(r)
+	s.router = r
 	s.handler = httpx.Middleware(httpx.MiddlewareOptions{Logger: p.Logger, Deadline: p.Config.Server.RequestDeadline}, r)
 	return s, nil
 }
@@ -77,6 +79,30 @@ func New(ctx context.Context, p Params) (*Server, error) {
 // Handler returns the server's HTTP handler, for tests that serve it
 // themselves.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// Route is one route of the server: its path template, such as
+// "/v1/tasks/{id}", and its methods (none for a route that takes any
+// method, such as a WebSocket entry).
+type Route struct {
+	Path    string
+	Methods []string
+}
+
+// Routes returns every route of the server, in the order they were added,
+// for tests that must cover each one.
+func (s *Server) Routes() []Route {
+	var out []Route
+	_ = s.router.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		path, err := route.GetPathTemplate()
+		if err != nil {
+			return nil // a route without a path matches on something else
+		}
+		methods, _ := route.GetMethods()
+		out = append(out, Route{Path: path, Methods: methods})
+		return nil
+	})
+	return out
+}
 
 // Modules returns the IDs of the modules this server runs, in start order.
 func (s *Server) Modules() []string { return s.host.IDs() }

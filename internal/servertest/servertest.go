@@ -34,7 +34,9 @@ type Server struct {
 	// Instances are the module instances the server runs, for tests that
 	// reach into a module.
 	Instances modules.Instances
-	logs      *lockedWriter
+	// Routes are every route of the server, for tests that cover each.
+	Routes []server.Route
+	logs   *lockedWriter
 }
 
 // Logs returns everything the server has logged so far.
@@ -50,7 +52,14 @@ type Option func(cfg *config.Config, in modules.Instances)
 // Start runs a server on a fresh database until the test ends.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	pool := testdb.New(t)
+	return StartOn(t, testdb.New(t), opts...)
+}
+
+// StartOn is Start on a database the test provides, such as one on a
+// testdb.NewServer whose server the test stops and starts again. The pool
+// must hold the platform schema.
+func StartOn(t testing.TB, pool *sql.DB, opts ...Option) *Server {
+	t.Helper()
 	cfg := config.Default()
 	in := modules.NewInstances()
 	for _, o := range opts {
@@ -84,7 +93,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 			t.Errorf("servertest: stop: %v", err)
 		}
 	})
-	return &Server{URL: hs.URL, DB: pool, Config: cfg, Instances: in, logs: logs}
+	return &Server{URL: hs.URL, DB: pool, Config: cfg, Instances: in, Routes: srv.Routes(), logs: logs}
 }
 
 // Credential is a credential made for a test.

@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 )
 
@@ -278,10 +279,12 @@ func (c *Conn) Send(f *Frame) error {
 
 // SendError sends an error frame (E-15) answering replyTo ("" when it
 // answers no request). An *httpx.Error is sent with its code and message;
-// context.DeadlineExceeded and context.Canceled become UNAVAILABLE; any
-// other error is logged and sent as INTERNAL "internal error". It returns
-// what Send returns. Whether the connection then stays open is the
-// protocol's decision.
+// context.DeadlineExceeded and context.Canceled become UNAVAILABLE; an
+// error that says the database cannot be reached (db.IsUnavailable) becomes
+// httpx.ErrDatabaseUnavailable and is logged as a warning; any other error
+// is logged and sent as INTERNAL "internal error". It returns what Send
+// returns. Whether the connection then stays open is the protocol's
+// decision.
 func (c *Conn) SendError(replyTo string, err error) error {
 	var he *httpx.Error
 	var code httpx.Code
@@ -293,6 +296,9 @@ func (c *Conn) SendError(replyTo string, err error) error {
 		code, msg = httpx.CodeUnavailable, "deadline exceeded"
 	case errors.Is(err, context.Canceled):
 		code, msg = httpx.CodeUnavailable, "request canceled"
+	case db.IsUnavailable(err):
+		c.logger.LogAttrs(c.ctx, slog.LevelWarn, "database unavailable", slog.String("error", err.Error()))
+		code, msg = httpx.ErrDatabaseUnavailable.Code, httpx.ErrDatabaseUnavailable.Message
 	default:
 		cause := "SendError called with a nil error"
 		if err != nil {

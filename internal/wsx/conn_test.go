@@ -2,7 +2,9 @@ package wsx
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"runtime"
@@ -451,12 +453,16 @@ func TestE15_ErrorFrameThenClose(t *testing.T) {
 	if err := server.SendError("", context.DeadlineExceeded); err != nil {
 		t.Fatal(err)
 	}
+	if err := server.SendError("", fmt.Errorf("store: claim: %w", driver.ErrBadConn)); err != nil {
+		t.Fatal(err)
+	}
 	server.Close(ClosePolicyViolation, "subscription not found")
 
 	for _, want := range []FrameError{
 		{Code: httpx.CodeNotFound, Message: "subscription not found"},
 		{Code: httpx.CodeInternal, Message: "internal error"},
 		{Code: httpx.CodeUnavailable, Message: "deadline exceeded"},
+		{Code: httpx.CodeUnavailable, Message: httpx.ErrDatabaseUnavailable.Message},
 	} {
 		f := readFrame(t, ws)
 		if f.Type != TypeError || f.Error == nil || *f.Error != want || f.SessionID != "" || f.Body != nil {

@@ -32,24 +32,23 @@ const Subprotocol = "orbit.events.v1"
 
 // Defaults of the events section (seed 001 §5–7).
 const (
-	DefaultLeaseDuration       = 30 * time.Second
-	DefaultHeartbeatInterval   = 15 * time.Second
-	DefaultMaxConnections      = 128
-	DefaultHelloTimeout        = 5 * time.Second
-	DefaultIdleTimeout         = 60 * time.Second
-	DefaultWriteTimeout        = 5 * time.Second
-	DefaultReadQueue           = 4
-	DefaultWriteQueue          = 8
-	DefaultClaimsInFlight      = 4
-	DefaultClaimsPerApp        = 1
-	DefaultClaimsQueued        = 128
-	DefaultClaimsPerRound      = 4
-	DefaultPollInterval        = time.Second
-	MaxCapacity                = 32
-	claimRecoverBatch          = 32
-	sessionCleanupTimeout      = 5 * time.Second
-	claimTimeout               = 8 * time.Second
-	maxConsecutiveClaimFailure = 3
+	DefaultLeaseDuration     = 30 * time.Second
+	DefaultHeartbeatInterval = 15 * time.Second
+	DefaultMaxConnections    = 128
+	DefaultHelloTimeout      = 5 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+	DefaultWriteTimeout      = 5 * time.Second
+	DefaultReadQueue         = 4
+	DefaultWriteQueue        = 8
+	DefaultClaimsInFlight    = 4
+	DefaultClaimsPerApp      = 1
+	DefaultClaimsQueued      = 128
+	DefaultClaimsPerRound    = 4
+	DefaultPollInterval      = time.Second
+	MaxCapacity              = 32
+	claimRecoverBatch        = 32
+	sessionCleanupTimeout    = 5 * time.Second
+	claimTimeout             = 8 * time.Second
 )
 
 // Config is the `events` section.

@@ -117,7 +117,7 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) *session {
 	}
 	fail := func(err error) *session {
 		_ = c.SendError(f.MessageID, err)
-		c.Close(wsx.ClosePolicyViolation, "hello refused")
+		c.Close(closeCode(err), "hello refused")
 		return nil
 	}
 	if f.Type != typeHello || f.ReplyTo != "" || f.Error != nil {
@@ -206,6 +206,16 @@ func (m *Module) ownedSubscription(ctx context.Context, p *auth.Principal, id st
 	return sub, nil
 }
 
+// closeCode is the close code after a refusal: 1011 when the check could
+// not be made (UNAVAILABLE, a temporary failure), 1008 when it failed.
+func closeCode(err error) int {
+	var he *httpx.Error
+	if errors.As(err, &he) && he.Code == httpx.CodeUnavailable {
+		return wsx.CloseInternalError
+	}
+	return wsx.ClosePolicyViolation
+}
+
 // handle answers one client frame; it returns false when the connection is
 // to close.
 func (s *session) handle(f *wsx.Frame) bool {
@@ -233,7 +243,7 @@ func (s *session) ping(f *wsx.Frame) bool {
 	sub, err := s.recheck(s.c.Context())
 	if err != nil {
 		_ = s.c.SendError(f.MessageID, err)
-		s.c.Close(wsx.ClosePolicyViolation, "ping check failed")
+		s.c.Close(closeCode(err), "ping check failed")
 		return false
 	}
 	s.reply(f, pingReply{ServerTime: httpx.FormatTime(db.Now()), Enabled: sub.Enabled})
@@ -280,7 +290,7 @@ func (s *session) allowed(ctx context.Context) bool {
 	if _, err := s.recheck(ctx); err != nil {
 		if ctx.Err() == nil {
 			_ = s.c.SendError("", err)
-			s.c.Close(wsx.ClosePolicyViolation, "credential check failed")
+			s.c.Close(closeCode(err), "credential check failed")
 		}
 		return false
 	}
@@ -380,7 +390,6 @@ func (s *session) dispatch() {
 	recheck := time.NewTicker(s.m.cfg.HeartbeatInterval)
 	defer recheck.Stop()
 	app := s.c.Principal().ApplicationID
-	failures := 0
 	materialize := true
 	for ctx.Err() == nil {
 		select {
@@ -393,8 +402,7 @@ func (s *session) dispatch() {
 		claimable := s.m.subs.Claimable.C()
 		leases, err := s.claim(ctx, app, materialize)
 		switch {
-		case err == nil:
-			failures = 0
+		case err == nil, errors.Is(err, ErrClaimPoolFull), ctx.Err() != nil:
 		case errors.Is(err, subscriptions.ErrHistoryExpired):
 			// Never jump to the latest position: report and close (E-15).
 			_ = s.c.SendError("", err)
@@ -406,15 +414,14 @@ func (s *session) dispatch() {
 			_ = s.c.SendError("", err)
 			s.c.Close(wsx.ClosePolicyViolation, "credential check failed")
 			return
-		case errors.Is(err, ErrClaimPoolFull), ctx.Err() != nil:
 		default:
-			failures++
+			// A temporary failure inside the connection is reported and
+			// closes it (seed 001 §7); the client reconnects with backoff,
+			// and its leases and proofs stay valid on the new connection.
 			s.c.Logger().Warn("claim", "session_id", s.id, "err", err)
-			if failures >= maxConsecutiveClaimFailure {
-				_ = s.c.SendError("", httpx.Errorf(httpx.CodeUnavailable, "deliveries cannot be claimed now; reconnect"))
-				s.c.Close(wsx.CloseInternalError, "unavailable")
-				return
-			}
+			_ = s.c.SendError("", httpx.Errorf(httpx.CodeUnavailable, "deliveries cannot be claimed now; reconnect"))
+			s.c.Close(wsx.CloseInternalError, "unavailable")
+			return
 		}
 		for _, l := range leases {
 			f, err := wsx.NewFrame(typeDeliver, "", deliverBody{Delivery: l.Delivery.View(), Event: l.Event, LeaseSecret: l.Secret})

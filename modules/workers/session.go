@@ -496,8 +496,18 @@ func (s *session) dispatch() {
 			cancels = s.m.tasks.CancelRequested.C()
 		}
 		assigned, err := store.Lease(ctx, s.id, s.m.cfg.LeaseDuration)
-		if err != nil && ctx.Err() == nil {
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			// A temporary failure inside the connection closes it, as a
+			// failed claim closes an event connection (seed 001 §7). Error
+			// frames of this protocol answer a request, so the close code
+			// (1011) says it. The worker reconnects with backoff and
+			// resumes the leases it still runs on the new connection.
 			s.c.Logger().Warn("lease tasks", "session_id", s.id, "err", err)
+			s.c.Close(wsx.CloseInternalError, "unavailable")
+			return
 		}
 		for _, a := range assigned {
 			if !s.sendAssign(a) {

@@ -6,6 +6,13 @@
 // {request_id, error: {code, message}}; the client decodes it, returning
 // the data or an *APIError. Counters and revisions travel as decimal
 // strings and are plain uint64 values in this package.
+//
+// Workers and event consumers reconnect by themselves after any failure
+// that retrying can help, 503 UNAVAILABLE included (the server answers it
+// while its database is unreachable): with exponential backoff and full
+// jitter, capped at BackoffConfig.Max, 2 s by default, so that they are
+// back at work within a few seconds of the server's or the database's
+// return, however long the outage lasted.
 package orbit
 
 import (

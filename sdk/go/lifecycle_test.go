@@ -174,6 +174,32 @@ func TestWorkerHonoursRetryAfter(t *testing.T) {
 	}
 }
 
+// TestF2_DefaultBackoffReconnectsWithinSeconds: by default, however many
+// attempts failed during an outage, the next one comes within 2 s, so a
+// worker or consumer is back at work within a few seconds of the server's
+// or its database's return (F-2).
+func TestF2_DefaultBackoffReconnectsWithinSeconds(t *testing.T) {
+	t.Parallel()
+	w, err := NewWorker(WorkerConfig{BaseURL: "http://127.0.0.1:1", Token: testToken, QueueID: testQueueID},
+		func(context.Context, *AssignedTask) Outcome { return Succeeded(nil) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewEventConsumer(EventConsumerConfig{BaseURL: "http://127.0.0.1:1", Token: testToken, SubscriptionID: testSubscriptionID},
+		func(context.Context, *Delivery) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := func(n int64) int64 { return n - 1 }
+	for name, cfg := range map[string]BackoffConfig{"Worker": w.cfg.Backoff, "Consumer": c.cfg.Backoff} {
+		for _, failures := range []int{1, 5, 10, 1000} {
+			if got := backoffDelay(cfg, failures, top); got >= 2*time.Second {
+				t.Errorf("%s: delay after %d failures up to %v, want under 2s", name, failures, got)
+			}
+		}
+	}
+}
+
 func TestBackoffDelayIsCappedFullJitter(t *testing.T) {
 	t.Parallel()
 	cfg := BackoffConfig{Initial: 100 * time.Millisecond, Max: time.Second}

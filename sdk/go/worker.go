@@ -18,7 +18,12 @@ const (
 	MaxWorkerCapacity      = 32
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultBackoffInitial  = 500 * time.Millisecond
-	DefaultBackoffMax      = 30 * time.Second
+	// DefaultBackoffMax is small so that a worker or consumer is back
+	// within a few seconds of the server's or its database's return,
+	// however long the outage lasted: with full jitter a delay is at most
+	// 2 s (1 s on average), or the server's Retry-After when that is
+	// longer.
+	DefaultBackoffMax = 2 * time.Second
 )
 
 // welcomeTimeout bounds the wait for worker.welcome after worker.hello.
@@ -26,11 +31,17 @@ const welcomeTimeout = 10 * time.Second
 
 // BackoffConfig shapes the delay between connection attempts: exponential
 // from Initial, capped at Max, with full jitter (each delay is uniformly
-// random between zero and the current cap).
+// random between zero and the current cap). A refusal with Retry-After
+// (429 CAPACITY_EXCEEDED, 503 UNAVAILABLE) waits at least that long.
+// Every failure is retried this way except those Run documents as fatal;
+// in particular 503 UNAVAILABLE, which the server answers while its
+// database is unreachable, is retried for as long as it lasts.
 type BackoffConfig struct {
 	// Initial is the first cap; zero means DefaultBackoffInitial.
 	Initial time.Duration
-	// Max is the largest cap; zero means DefaultBackoffMax.
+	// Max is the largest cap; zero means DefaultBackoffMax (2 s). After an
+	// outage, reconnecting takes up to Max: a larger Max spares a server
+	// that many clients reconnect to, but delays the return to work.
 	Max time.Duration
 }
 
