@@ -20,6 +20,14 @@ import (
 // (C-8, C-17).
 const MaxBodyBytes = 512 << 10
 
+// MaxJSONDepth is the deepest nesting of objects and arrays accepted in a
+// request body or a WebSocket message, counted from the outermost object,
+// which is level 1 (C-8). What is accepted is stored and later sent again
+// inside a few more levels (the response envelope, task.assign,
+// event.deliver); Go's JSON encoders refuse more than 10 000 levels, so a
+// limit far below that keeps everything accepted deliverable.
+const MaxJSONDepth = 64
+
 // errNull is reported when JSON null is given for a Go value that cannot
 // hold it.
 var errNull = errors.New("must not be null")
@@ -142,6 +150,9 @@ func decodeJSON(b []byte, dst any, what string) error {
 	if trimmed[0] != '{' {
 		return Errorf(CodeInvalidArgument, "%s must be a JSON object", what)
 	}
+	if at := depthExceeded(b, MaxJSONDepth); at >= 0 {
+		return Errorf(CodeInvalidArgument, "%s nests objects and arrays deeper than %d levels (at byte %d)", what, MaxJSONDepth, at)
+	}
 	dec := jsontext.NewDecoder(bytes.NewReader(b), decodeOptions)
 	if err := json.UnmarshalDecode(dec, dst, decodeOptions); err != nil {
 		return decodeError(err, b, what)
@@ -150,6 +161,40 @@ func decodeJSON(b []byte, dst any, what string) error {
 		return Errorf(CodeInvalidArgument, "%s has data after the JSON object", what)
 	}
 	return nil
+}
+
+// depthExceeded returns the offset of the first '{' or '[' in the JSON
+// text b that opens level max+1, or -1 when b nests no deeper than max. It
+// only counts brackets outside strings and checks nothing else: the
+// decoder that runs after it judges the syntax. The json packages take no
+// lower limit than their own 10 000 levels, hence this separate pass.
+func depthExceeded(b []byte, max int) int {
+	depth := 0
+	inString := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++ // the escaped byte cannot end the string
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			depth++
+			if depth > max {
+				return i
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return -1
 }
 
 // decodeError turns an error of the json packages about input into an

@@ -3,12 +3,14 @@ package httpx
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 )
 
@@ -130,6 +132,59 @@ func TestC8_StrictJSON(t *testing.T) {
 			wantInvalid(t, err, tt.message)
 
 			// The same input as a WebSocket message gets the same verdict.
+			err = DecodeJSONBytes([]byte(tt.body), &testRequest{})
+			wantInvalid(t, err, strings.Replace(tt.message, "request body", "message", 1))
+		})
+	}
+}
+
+// nested returns `{"input":` followed by levels-1 nested arrays around 0,
+// and `}`: a body that nests levels deep in all.
+func nested(levels int) string {
+	inner := levels - 1
+	return `{"input":` + strings.Repeat("[", inner) + "0" + strings.Repeat("]", inner) + `}`
+}
+
+func TestC8_NestingPastTheDepthLimitIsRefused(t *testing.T) {
+	t.Parallel()
+	deepObjects := `{"input":` + strings.Repeat(`{"a":`, MaxJSONDepth) + "0" + strings.Repeat("}", MaxJSONDepth) + `}`
+	tests := []struct {
+		name    string
+		body    string
+		message string // "" means the body is accepted
+	}{
+		{name: "AtTheLimit", body: nested(MaxJSONDepth)},
+		{name: "BracketsInStrings", body: `{"input":["` + strings.Repeat("[{", 100) + `"]}`},
+		{name: "EscapedQuoteInString", body: `{"input":["\"` + strings.Repeat("[", 100) + `"]}`},
+		{name: "OneLevelPast", body: nested(MaxJSONDepth + 1),
+			message: fmt.Sprintf("request body nests objects and arrays deeper than %d levels (at byte %d)", MaxJSONDepth, len(`{"input":`)+MaxJSONDepth-1)},
+		{name: "ObjectsPast", body: deepObjects,
+			message: fmt.Sprintf("request body nests objects and arrays deeper than %d levels (at byte %d)", MaxJSONDepth, len(`{"input":`)+5*(MaxJSONDepth-1))},
+		// The probe's body: accepted by the json packages, whose limit is
+		// 10 000, but then never encodable inside a response.
+		{name: "TenThousandLevels", body: nested(9999),
+			message: fmt.Sprintf("request body nests objects and arrays deeper than %d levels (at byte %d)", MaxJSONDepth, len(`{"input":`)+MaxJSONDepth-1)},
+		{name: "PastTheLimitAndTruncated", body: `{"input":` + strings.Repeat("[", 2*MaxJSONDepth),
+			message: fmt.Sprintf("request body nests objects and arrays deeper than %d levels (at byte %d)", MaxJSONDepth, len(`{"input":`)+MaxJSONDepth-1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := httptest.NewRequest(http.MethodPost, "/v1/things", strings.NewReader(tt.body))
+			r.Header.Set("Content-Type", "application/json")
+			var dst testRequest
+			err := DecodeJSON(r, &dst)
+			if tt.message == "" {
+				if err != nil {
+					t.Fatalf("DecodeJSON: %v", err)
+				}
+				// What is accepted can be encoded again inside more levels.
+				if _, err := json.Marshal(map[string]any{"data": map[string]any{"task": dst}}); err != nil {
+					t.Fatalf("encode the accepted body: %v", err)
+				}
+				return
+			}
+			wantInvalid(t, err, tt.message)
 			err = DecodeJSONBytes([]byte(tt.body), &testRequest{})
 			wantInvalid(t, err, strings.Replace(tt.message, "request body", "message", 1))
 		})

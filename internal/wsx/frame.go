@@ -69,7 +69,7 @@ func NewFrame(typ, replyTo string, body any) (*Frame, error) {
 	if body != nil {
 		b, err := json.Marshal(body, json.Deterministic(true))
 		if err != nil {
-			return nil, fmt.Errorf("wsx: encode %s body: %w", typ, err)
+			return nil, fmt.Errorf("wsx: encode %s body: %w", typ, encodeCause(err))
 		}
 		f.Body = b
 	}
@@ -277,7 +277,34 @@ func DecodeBody(f *Frame, dst any) error {
 
 // encode returns the JSON text of f.
 func (f *Frame) encode() ([]byte, error) {
-	return json.Marshal(f)
+	b, err := json.Marshal(f)
+	if err != nil {
+		return nil, encodeCause(err)
+	}
+	return b, nil
+}
+
+// encodeCause returns the cause of an encoding error of the json packages
+// without the JSON pointer they add, which names members of the value
+// (a task's input, a result) and so must not reach a log.
+func encodeCause(err error) error {
+	for {
+		if sem, ok := errors.AsType[*json.SemanticError](err); ok {
+			if sem.Err == nil {
+				return fmt.Errorf("json: cannot encode Go %v", sem.GoType)
+			}
+			err = sem.Err
+			continue
+		}
+		if syn, ok := errors.AsType[*jsontext.SyntacticError](err); ok {
+			if syn.Err == nil {
+				return errors.New("jsontext: invalid JSON")
+			}
+			err = syn.Err
+			continue
+		}
+		return err
+	}
 }
 
 func invalidf(format string, args ...any) *httpx.Error {

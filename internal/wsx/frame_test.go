@@ -129,6 +129,8 @@ var badEnvelopes = []badEnvelope{
 	{"DuplicateKey", withMember(`"type":"events.hello"`), `duplicate field "type"`},
 	{"DuplicateKeyInBody", strings.Replace(helloText, `"capacity":1`, `"capacity":1,"capacity":2`, 1), `duplicate field "body.capacity"`},
 	{"DuplicateKeyDeepInBody", strings.Replace(helloText, `"capacity":1`, `"capacity":1,"x":[{"a":1,"a":2}]`, 1), `duplicate field "body.x.0.a"`},
+	{"NestedPastTheDepthLimitInBody", strings.Replace(helloText, `"capacity":1`, `"capacity":1,"x":`+strings.Repeat("[", httpx.MaxJSONDepth-1)+strings.Repeat("]", httpx.MaxJSONDepth-1), 1),
+		fmt.Sprintf("nests objects and arrays deeper than %d levels", httpx.MaxJSONDepth)},
 	{"InvalidUTF8", strings.Replace(helloText, `"capacity":1`, "\"capacity\":1,\"x\":\"\xff\"", 1), "invalid UTF-8"},
 	{"TrailingObject", helloText + ` {}`, "data after the JSON object"},
 	{"TrailingGarbage", helloText + `x`, "data after the JSON object"},
@@ -351,6 +353,48 @@ func TestC11_NewID(t *testing.T) {
 			t.Fatalf("NewID = %q (seen before: %v)", id, seen[id])
 		}
 		seen[id] = true
+	}
+}
+
+// TestC8_FrameAtTheDepthLimitDecodes: a frame that nests exactly
+// MaxJSONDepth levels is a valid envelope; what its body holds is then the
+// protocol's to judge. One level more is an invalid envelope (see
+// badEnvelopes).
+func TestC8_FrameAtTheDepthLimitDecodes(t *testing.T) {
+	t.Parallel()
+	// The body is level 2, so MaxJSONDepth-2 arrays inside it reach the
+	// limit.
+	arrays := httpx.MaxJSONDepth - 2
+	text := strings.Replace(helloText, `"capacity":1`, `"capacity":1,"x":`+strings.Repeat("[", arrays)+strings.Repeat("]", arrays), 1)
+	f, err := DecodeFrame([]byte(text))
+	if err != nil {
+		t.Fatalf("DecodeFrame: %v", err)
+	}
+	var body struct {
+		helloBody
+		X jsontext.Value `json:"x"`
+	}
+	if err := DecodeBody(f, &body); err != nil {
+		t.Fatalf("DecodeBody: %v", err)
+	}
+	if len(body.X) != 2*arrays {
+		t.Errorf("body.x has %d bytes, want %d", len(body.X), 2*arrays)
+	}
+}
+
+// TestC8_EncodeErrorsNeverNameMembers: the json packages name the path
+// of a value they cannot encode; NewFrame's error, which is logged, keeps
+// only the cause, since the path holds member names of a task's input.
+func TestC8_EncodeErrorsNeverNameMembers(t *testing.T) {
+	t.Parallel()
+	const levels = 10001 // past the json packages' own limit
+	input := jsontext.Value(`{"secret_member":` + strings.Repeat("[", levels) + strings.Repeat("]", levels) + `}`)
+	_, err := NewFrame("task.assign", "", map[string]any{"input": input})
+	if err == nil {
+		t.Fatal("NewFrame succeeded")
+	}
+	if strings.Contains(err.Error(), "secret_member") {
+		t.Errorf("error %q names a member of the value", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -423,15 +424,12 @@ func (s *session) dispatch() {
 			s.c.Close(wsx.CloseInternalError, "unavailable")
 			return
 		}
-		for _, l := range leases {
-			f, err := wsx.NewFrame(typeDeliver, "", deliverBody{Delivery: l.Delivery.View(), Event: l.Event, LeaseSecret: l.Secret})
-			if err != nil {
-				s.c.Logger().Error("encode event.deliver", "err", err)
-				continue
-			}
-			// A lease whose frame is not written stays persisted; it is
-			// recovered when its lease runs out (E-16).
-			if s.c.Send(f) != nil {
+		for i := range leases {
+			if !s.deliver(&leases[i]) {
+				// The connection is closing: the rest are not sent either.
+				for j := i + 1; j < len(leases); j++ {
+					s.deliveryUnsent(&leases[j], wsx.ErrClosed)
+				}
 				return
 			}
 		}
@@ -450,6 +448,52 @@ func (s *session) dispatch() {
 				return
 			}
 		}
+	}
+}
+
+// deliver sends event.deliver for a persisted lease. A lease whose frame
+// is not written is given back at once (deliveryUnsent). It returns false
+// when the connection is closing.
+func (s *session) deliver(l *subscriptions.Lease) bool {
+	f, err := wsx.NewFrame(typeDeliver, "", deliverBody{Delivery: l.Delivery.View(), Event: l.Event, LeaseSecret: l.Secret})
+	if err == nil {
+		err = s.c.Send(f)
+	}
+	if err == nil {
+		return true
+	}
+	s.deliveryUnsent(l, err)
+	return !errors.Is(err, wsx.ErrClosed)
+}
+
+// unsentDelay is how long a delivery whose event.deliver was not sent
+// waits before it is claimed again. A frame that could not be encoded will
+// not encode the next time either; the delay keeps such a delivery from
+// being claimed and given back in a loop.
+const unsentDelay = time.Second
+
+// deliveryUnsent logs why event.deliver of l was not sent and gives its
+// lease back, so that it neither holds the connection's capacity until it
+// runs out nor uses an attempt of the budget that no consumer saw. It runs
+// apart from the connection's context, which is usually canceled when the
+// frame could not be sent. A lease it cannot give back is recovered when
+// it runs out (E-16).
+func (s *session) deliveryUnsent(l *subscriptions.Lease, cause error) {
+	level := slog.LevelError
+	if errors.Is(cause, wsx.ErrClosed) {
+		level = slog.LevelWarn // the connection ended between claim and send
+	}
+	s.c.Logger().Log(context.Background(), level, "event.deliver not sent; giving the lease back",
+		"session_id", s.id, "delivery_id", l.Delivery.ID, "event_id", l.Event.ID, "err", cause)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.c.Context()), sessionCleanupTimeout)
+	defer cancel()
+	if _, err := subscriptions.DeliveryUnsent(ctx, s.m.subs.DB(), l, unsentDelay); err != nil {
+		s.c.Logger().Warn("give back unsent delivery; it expires instead", "session_id", s.id, "delivery_id", l.Delivery.ID, "err", err)
+		return
+	}
+	select {
+	case s.freed <- struct{}{}:
+	default:
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 //	PENDING --claim--> LEASED --ack--> ACKED
 //	LEASED --lease ran out, attempts < budget--> PENDING (recovery)
 //	LEASED --lease ran out, attempts = budget--> EXPIRED (recovery)
+//	LEASED --event.deliver never written--> PENDING, attempt given back
 //	EXPIRED --manual retry--> PENDING
 //
 // Every transition bumps the revision. The latest proof (epoch and secret)
@@ -290,6 +291,31 @@ func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
 		return nil, fmt.Errorf("subscriptions: claim: %w", err)
 	}
 	return out, nil
+}
+
+// DeliveryUnsent gives back a lease whose event.deliver was never written
+// to the connection, because the frame could not be encoded or the
+// connection was closing. No consumer saw the delivery, so the lease does
+// not count against the attempt budget: the delivery goes back to PENDING
+// with its attempts as before the claim, available after delay, so that
+// one whose frame can never be built is not claimed in a loop. Only the
+// lease l still holds is given back; calling it twice, or after the lease
+// was recovered or replaced, changes nothing. It reports whether it gave
+// the lease back.
+func DeliveryUnsent(ctx context.Context, pool *sql.DB, l *Lease, delay time.Duration) (bool, error) {
+	d := l.Delivery
+	res, err := pool.ExecContext(ctx, `UPDATE event_deliveries SET state = 'PENDING', revision = revision + 1,
+		attempts = attempts - 1, lease_until = NULL, lease_session_id = NULL, available_at = ?
+		WHERE id = ? AND state = 'LEASED' AND lease_epoch = ? AND lease_session_id = ?`,
+		db.Now().Add(delay), d.ID, d.LeaseEpoch, d.LeaseSession)
+	if err != nil {
+		return false, fmt.Errorf("subscriptions: delivery unsent: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("subscriptions: delivery unsent: %w", err)
+	}
+	return n == 1, nil
 }
 
 // pickPending locks up to limit PENDING deliveries of a subscription that

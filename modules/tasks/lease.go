@@ -386,6 +386,36 @@ func ValidOutcome(o string) bool {
 // Release returns a task whose effect never started to PENDING (the attempt
 // does not count against the budget). Releasing twice is harmless.
 func (s *Store) Release(ctx context.Context, p *Proof, reason string) (*Event, error) {
+	event, err := s.release(ctx, p, reason, ReasonReleased, 0)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: release: %w", err)
+	}
+	return event, nil
+}
+
+// LeaseUnsent gives back a lease whose task.assign was never written to
+// the worker's connection, because the frame could not be encoded or the
+// connection was closing. The worker never saw the task, so the attempt
+// is released as by task.release: it does not count against the budget,
+// no effect is uncertain, and the task goes back to PENDING
+// (task.requeued, ASSIGN_NOT_SENT), or to CANCELLED when a cancel was
+// requested. The task is offered again after delay, so that one whose
+// frame can never be built is not leased in a loop. Calling it twice is
+// harmless; a lease that has meanwhile ended otherwise gets ErrLeaseLost.
+func (s *Store) LeaseUnsent(ctx context.Context, a *Assignment, delay time.Duration) (*Event, error) {
+	p := Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret}
+	event, err := s.release(ctx, &p, "task.assign not sent", ReasonAssignNotSent, delay)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: lease unsent: %w", err)
+	}
+	return event, nil
+}
+
+// release ends the running attempt of p as RELEASED with note, taking back
+// its count of attempts, and moves its task to PENDING, available after
+// delay, with reason in the event's details; a task with a cancel request
+// ends CANCELLED instead.
+func (s *Store) release(ctx context.Context, p *Proof, note, reason string, delay time.Duration) (*Event, error) {
 	var event *Event
 	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
 		event = nil
@@ -407,23 +437,20 @@ func (s *Store) Release(ctx context.Context, p *Proof, reason string) (*Event, e
 			return ErrLeaseLost
 		}
 		t.Attempts--
-		t.AvailableAt = db.Now()
+		t.AvailableAt = db.Now().Add(delay)
 		if t.CancelRequested {
 			event, err = transition(ctx, tx, t, StateCancelled, EventCancelled, Details{Reason: ReasonCancelRequested})
 		} else {
-			event, err = transition(ctx, tx, t, StatePending, EventRequeued, Details{Reason: ReasonReleased})
+			event, err = transition(ctx, tx, t, StatePending, EventRequeued, Details{Reason: reason})
 		}
 		if err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE task_attempts SET state = 'RELEASED', outcome = NULL, reply = ?, ended_at = ? WHERE id = ?`,
-			reason, db.Now(), p.AttemptID)
+			note, db.Now(), p.AttemptID)
 		return err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("tasks: release: %w", err)
-	}
-	return event, nil
+	return event, err
 }
 
 // renewQuery extends a session's running leases. Left to itself the

@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,5 +170,44 @@ func TestT6_LeaseExpiryPaths(t *testing.T) {
 				t.Fatal("a completion after expiry must get TASK_LEASE_LOST")
 			}
 		})
+	}
+}
+
+// TestT4_LeaseUnsentIsReleasedWithoutCountingTheAttempt: a lease whose
+// task.assign was never written goes back as if the worker had released
+// it: PENDING after the delay, the attempt not counted, no effect
+// uncertain, task.requeued with ASSIGN_NOT_SENT; a repeat changes nothing.
+func TestT4_LeaseUnsentIsReleasedWithoutCountingTheAttempt(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	ctx := context.Background()
+	a := leaseOne(t, f, false, 1)
+	before := db.Now()
+	ev, err := f.store.LeaseUnsent(ctx, &a, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev == nil || ev.Type != EventRequeued || !strings.Contains(string(ev.Details), `"reason":"`+ReasonAssignNotSent+`"`) {
+		t.Fatalf("event %+v, want task.requeued with %s", ev, ReasonAssignNotSent)
+	}
+	got := taskState(t, f, a.Task.ID)
+	if got.State != StatePending || got.Attempts != 0 || got.EffectUncertain {
+		t.Fatalf("task %s attempts=%d uncertain=%v; want PENDING, 0, false", got.State, got.Attempts, got.EffectUncertain)
+	}
+	if !got.AvailableAt.After(before.Add(59 * time.Second)) {
+		t.Errorf("available_at %v, want a minute after %v", got.AvailableAt, before)
+	}
+	var state string
+	if err := f.db.QueryRow(`SELECT state FROM task_attempts WHERE id = ?`, a.AttemptID).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	if state != AttemptReleased {
+		t.Errorf("attempt %s, want %s", state, AttemptReleased)
+	}
+	if ev, err := f.store.LeaseUnsent(ctx, &a, time.Minute); err != nil || ev != nil {
+		t.Errorf("second LeaseUnsent = %v, %v; want nothing, nil", ev, err)
+	}
+	if n := eventCount(t, f, a.Task.ID); n != 1 {
+		t.Errorf("%d events, want 1", n)
 	}
 }

@@ -39,6 +39,7 @@ const (
 	ReasonCompleted       = "COMPLETED"
 	ReasonWorkerReview    = "WORKER_REPORTED"
 	ReasonReleased        = "WORKER_RELEASED"
+	ReasonAssignNotSent   = "ASSIGN_NOT_SENT"
 	ReasonReviewRequeue   = "REVIEW_REQUEUE"
 	ReasonReviewResolved  = "REVIEW_RESOLVED"
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -509,8 +510,12 @@ func (s *session) dispatch() {
 			s.c.Close(wsx.CloseInternalError, "unavailable")
 			return
 		}
-		for _, a := range assigned {
-			if !s.sendAssign(a) {
+		for i := range assigned {
+			if !s.sendAssign(&assigned[i]) {
+				// The connection is closing: the rest are not sent either.
+				for j := i + 1; j < len(assigned); j++ {
+					s.leaseUnsent(&assigned[j], wsx.ErrClosed)
+				}
 				return
 			}
 		}
@@ -543,7 +548,10 @@ func (s *session) dispatch() {
 	}
 }
 
-func (s *session) sendAssign(a tasks.Assignment) bool {
+// sendAssign sends task.assign for a persisted lease. A lease whose frame
+// is not written is given back at once (leaseUnsent). It returns false
+// when the connection is closing.
+func (s *session) sendAssign(a *tasks.Assignment) bool {
 	f, err := wsx.NewFrame(typeAssign, "", assignBody{
 		Task: assignedTask{
 			ID: a.Task.ID, QueueID: a.Task.QueueID, Revision: httpx.Uint64(a.Task.Revision),
@@ -553,11 +561,41 @@ func (s *session) sendAssign(a tasks.Assignment) bool {
 		AttemptID: a.AttemptID, Epoch: httpx.Uint64(a.Epoch),
 		LeaseUntil: httpx.FormatTime(a.LeaseUntil), LeaseSecret: a.LeaseSecret,
 	})
-	if err != nil {
-		s.c.Logger().Error("encode task.assign", "err", err)
-		return false
+	if err == nil {
+		err = s.c.Send(f)
 	}
-	// A lease whose frame is not sent stays persisted and expires; the task
-	// is then recovered by the lease rules (T-6).
-	return s.c.Send(f) == nil
+	if err == nil {
+		return true
+	}
+	s.leaseUnsent(a, err)
+	return !errors.Is(err, wsx.ErrClosed)
+}
+
+// unsentDelay is how long a task whose task.assign was not sent waits
+// before it is offered again. A frame that could not be encoded will not
+// encode the next time either; the delay keeps such a task from being
+// leased and released in a loop.
+const unsentDelay = time.Second
+
+// leaseUnsent logs why task.assign of a was not sent and releases its
+// lease, so that the task neither holds the session's capacity until the
+// lease expires nor counts an attempt with an uncertain effect that no
+// worker ever saw. It runs apart from the connection's context, which is
+// usually canceled when the frame could not be sent.
+func (s *session) leaseUnsent(a *tasks.Assignment, cause error) {
+	level := slog.LevelError
+	if errors.Is(cause, wsx.ErrClosed) {
+		level = slog.LevelWarn // the connection ended between lease and send
+	}
+	s.c.Logger().Log(context.Background(), level, "task.assign not sent; releasing the lease",
+		"session_id", s.id, "task_id", a.Task.ID, "attempt_id", a.AttemptID, "err", cause)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.c.Context()), sessionCleanupTimeout)
+	defer cancel()
+	if _, err := s.m.tasks.Store().LeaseUnsent(ctx, a, unsentDelay); err != nil {
+		s.c.Logger().Warn("release unsent lease; it expires instead", "session_id", s.id, "task_id", a.Task.ID, "err", err)
+		return
+	}
+	s.signalFreed()
+	s.m.tasks.Submitted.Notify()
+	s.m.tasks.Appended.Notify()
 }

@@ -295,8 +295,43 @@ func checkResult(result json.RawMessage) string {
 		return fmt.Sprintf("result of %d bytes exceeds %d", len(result), maxResultBytes)
 	case !json.Valid(result):
 		return "result is not valid JSON"
+	case nestedDeeper(result, maxResultDepth):
+		// The server would close the connection on the frame, and the
+		// report would be sent again on every new one.
+		return fmt.Sprintf("result nests objects and arrays deeper than %d levels", maxResultDepth)
 	}
 	return ""
+}
+
+// nestedDeeper reports whether the valid JSON text v nests objects and
+// arrays deeper than max levels, v's own outermost one being level 1.
+func nestedDeeper(v []byte, max int) bool {
+	depth := 0
+	inString := false
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++ // the escaped byte cannot end the string
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			depth++
+			if depth > max {
+				return true
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return false
 }
 
 // send writes a report on the current connection, if any.

@@ -119,9 +119,10 @@ type Outcome struct {
 const outcomeRelease = "release"
 
 // Succeeded reports that the task succeeded with result, any JSON value of
-// at most 256 KiB, or nil for none. A result that is not valid JSON or is
-// too large cannot be reported: the task is then reported as needing review,
-// without a result, and the problem is logged.
+// at most 256 KiB nesting at most 62 levels of objects and arrays, or nil
+// for none. A result that is not valid JSON, too large or too deep cannot
+// be reported: the task is then reported as needing review, without a
+// result, and the problem is logged.
 func Succeeded(result json.RawMessage) Outcome {
 	return Outcome{kind: outcomeSucceeded, result: result}
 }

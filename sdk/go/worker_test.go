@@ -3,6 +3,7 @@ package orbit
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,6 +128,11 @@ func TestWorkerHelloAssignCompleteAndNormalClose(t *testing.T) {
 	}
 }
 
+// nestedArrays returns n nested arrays around 0.
+func nestedArrays(n int) string {
+	return strings.Repeat("[", n) + "0" + strings.Repeat("]", n)
+}
+
 func TestWorkerOutcomeBodies(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
@@ -139,8 +145,13 @@ func TestWorkerOutcomeBodies(t *testing.T) {
 		"Cancelled":        {Cancelled(), frameComplete, `"outcome":"cancelled"}`},
 		"SucceededNoValue": {Succeeded(nil), frameComplete, `"outcome":"succeeded"}`},
 		"InvalidResult":    {Succeeded(json.RawMessage(`{oops`)), frameComplete, `"outcome":"needs_review"}`},
-		"Release":          {Release("not my kind of task"), frameRelease, `"reason":"not my kind of task"}`},
-		"Zero":             {Outcome{}, frameComplete, `"outcome":"failed","error":{"code":"NO_OUTCOME","message":"the task handler returned no outcome"}}`},
+		"DeepestResult": {Succeeded(json.RawMessage(nestedArrays(maxResultDepth))), frameComplete,
+			`"outcome":"succeeded","result":` + nestedArrays(maxResultDepth) + `}`},
+		"TooDeepResult": {Succeeded(json.RawMessage(nestedArrays(maxResultDepth + 1))), frameComplete, `"outcome":"needs_review"}`},
+		"BracketsInStrings": {Succeeded(json.RawMessage(`["\"` + strings.Repeat("[", 100) + `"]`)), frameComplete,
+			`"outcome":"succeeded","result":["\"` + strings.Repeat("[", 100) + `"]}`},
+		"Release": {Release("not my kind of task"), frameRelease, `"reason":"not my kind of task"}`},
+		"Zero":    {Outcome{}, frameComplete, `"outcome":"failed","error":{"code":"NO_OUTCOME","message":"the task handler returned no outcome"}}`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -25,6 +25,13 @@ const (
 	// maxResultBytes is the largest result a worker reports, as for task
 	// input.
 	maxResultBytes = 256 << 10
+	// maxFrameDepth is the deepest nesting of objects and arrays the
+	// server accepts in a frame, the envelope being level 1; a deeper frame
+	// closes the connection.
+	maxFrameDepth = 64
+	// maxResultDepth is the deepest result a task.complete can carry: the
+	// envelope and the body take two of maxFrameDepth's levels.
+	maxResultDepth = maxFrameDepth - 2
 )
 
 // Frame types of orbit.workers.v1.

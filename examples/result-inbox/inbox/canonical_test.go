@@ -47,3 +47,20 @@ func TestR11_RefusesBadJSON(t *testing.T) {
 		})
 	}
 }
+
+// TestR11_DeepestResultCanonicalises: the server accepts results nesting
+// 63 levels (64 for a whole request body); inside an event's snapshot that
+// is 65 levels, which Canonicalize must take and keep.
+func TestR11_DeepestResultCanonicalises(t *testing.T) {
+	t.Parallel()
+	const resultDepth = 63
+	result := strings.Repeat("[", resultDepth) + "0" + strings.Repeat("]", resultDepth)
+	raw := []byte(`{"id":"e1","snapshot":{"result":` + result + `}}`)
+	got, err := Canonicalize(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(raw) {
+		t.Fatalf("canonical form changed the result:\n%s", got)
+	}
+}
