@@ -296,21 +296,30 @@ type Grant struct {
 
 // CheckGrants reads through q (a transaction, so that the check and the
 // operation see the same commits) whether each grant still holds, in one
-// statement. For each grant it returns nil or the error a connection
-// answers before it closes: ErrUnauthenticated for a revoked credential,
-// PERMISSION_DENIED for a missing permission, NOT_FOUND for a lost queue
-// grant. The error is a database failure.
+// statement that reads each distinct grant once. For each grant it returns
+// nil or the error a connection answers before it closes:
+// ErrUnauthenticated for a revoked credential, PERMISSION_DENIED for a
+// missing permission, NOT_FOUND for a lost queue grant. The error is a
+// database failure.
 func CheckGrants(ctx context.Context, q Querier, grants []Grant) ([]error, error) {
 	if len(grants) == 0 {
 		return nil, nil
+	}
+	index := make(map[Grant]int, len(grants))
+	var distinct []Grant
+	for _, g := range grants {
+		if _, ok := index[g]; !ok {
+			index[g] = len(distinct)
+			distinct = append(distinct, g)
+		}
 	}
 	const one = `SELECT ?, c.revoked_at IS NULL,
 		EXISTS (SELECT 1 FROM credential_permissions p WHERE p.credential_id = c.id AND p.permission = ?),
 		EXISTS (SELECT 1 FROM credential_queue_grants g WHERE g.credential_id = c.id AND g.queue_id = ?)
 		FROM credentials c WHERE c.id = ?`
-	parts := make([]string, len(grants))
-	args := make([]any, 0, 4*len(grants))
-	for i, g := range grants {
+	parts := make([]string, len(distinct))
+	args := make([]any, 0, 4*len(distinct))
+	for i, g := range distinct {
 		parts[i] = one
 		args = append(args, i, g.Permission, g.QueueID, g.CredentialID)
 	}
@@ -319,9 +328,9 @@ func CheckGrants(ctx context.Context, q Querier, grants []Grant) ([]error, error
 		return nil, fmt.Errorf("auth: check grants: %w", err)
 	}
 	defer rows.Close()
-	out := make([]error, len(grants))
-	for i := range out {
-		out[i] = ErrUnauthenticated // unless its credential row is found
+	checked := make([]error, len(distinct))
+	for i := range checked {
+		checked[i] = ErrUnauthenticated // unless its credential row is found
 	}
 	for rows.Next() {
 		var i int
@@ -329,23 +338,27 @@ func CheckGrants(ctx context.Context, q Querier, grants []Grant) ([]error, error
 		if err := rows.Scan(&i, &active, &permitted, &granted); err != nil {
 			return nil, fmt.Errorf("auth: check grants: %w", err)
 		}
-		if i < 0 || i >= len(grants) {
-			return nil, fmt.Errorf("auth: check grants: row %d of %d", i, len(grants))
+		if i < 0 || i >= len(distinct) {
+			return nil, fmt.Errorf("auth: check grants: row %d of %d", i, len(distinct))
 		}
-		g := grants[i]
+		g := distinct[i]
 		switch {
 		case !active:
-			out[i] = ErrUnauthenticated
+			checked[i] = ErrUnauthenticated
 		case !permitted:
-			out[i] = httpx.Errorf(httpx.CodePermissionDenied, "credential lacks permission %s", g.Permission)
+			checked[i] = httpx.Errorf(httpx.CodePermissionDenied, "credential lacks permission %s", g.Permission)
 		case !granted:
-			out[i] = ErrNotFound(g.What)
+			checked[i] = ErrNotFound(g.What)
 		default:
-			out[i] = nil
+			checked[i] = nil
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("auth: check grants: %w", err)
+	}
+	out := make([]error, len(grants))
+	for i, g := range grants {
+		out[i] = checked[index[g]]
 	}
 	return out, nil
 }

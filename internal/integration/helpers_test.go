@@ -6,6 +6,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/modules/admin"
 	"testing"
 	"time"
 
@@ -38,15 +40,30 @@ func setup(t *testing.T) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	t.Cleanup(cancel)
-	return &fixture{
-		t:            t,
-		ctx:          ctx,
-		namespaceID:  db.NewID(),
-		credentialID: db.NewID(),
-		queueID:      db.NewID(),
-		consumer:     newConsumer(),
-		tasks:        tasks.NewStore(env.platform, time.Second, time.Minute),
+	f := &fixture{
+		t:           t,
+		ctx:         ctx,
+		namespaceID: db.NewID(),
+		queueID:     db.NewID(),
+		consumer:    newConsumer(),
+		tasks:       tasks.NewStore(env.platform, time.Second, time.Minute),
 	}
+	// The worker's credential is real: leases and completions check it.
+	cred, _, err := admin.NewStore(env.platform).CredentialCreate(ctx, &admin.CredentialCreateParams{
+		NamespaceID: f.namespaceID, ApplicationID: db.NewID(), EnvironmentID: db.NewID(),
+		Label: "integration", Permissions: []string{auth.PermTasksWork}, Queues: []string{f.queueID},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.credentialID = cred.ID
+	return f
+}
+
+// grant is what the fixture's worker sessions check on every lease and
+// completion.
+func (f *fixture) grant() auth.Grant {
+	return auth.Grant{CredentialID: f.credentialID, Permission: auth.PermTasksWork, QueueID: f.queueID, What: "queue"}
 }
 
 // sub returns the fixture for a subtest: the same scope, reporting to t.
@@ -137,7 +154,7 @@ func (f *fixture) completed(outcome string, result []byte) (*tasks.Task, []byte)
 		f.t.Fatal(err)
 	}
 	defer f.tasks.SessionClose(f.ctx, session)
-	leased, err := f.tasks.Lease(f.ctx, session, leaseDuration)
+	leased, err := f.tasks.Lease(f.ctx, session, f.grant(), leaseDuration)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -146,6 +163,7 @@ func (f *fixture) completed(outcome string, result []byte) (*tasks.Task, []byte)
 	}
 	a := leased[0]
 	_, ev, err := f.tasks.Complete(f.ctx, &tasks.CompleteParams{
+		Grant:   f.grant(),
 		Proof:   tasks.Proof{TaskID: task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 		Outcome: outcome, Result: result,
 	})

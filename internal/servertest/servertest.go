@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/orbitrun/orbit/config"
+	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/server"
 	"github.com/orbitrun/orbit/internal/testdb"
 	"github.com/orbitrun/orbit/modules"
@@ -265,4 +266,19 @@ func CursorWithTime(t testing.TB, cursor string, seconds int64) string {
 	}
 	binary.BigEndian.PutUint64(b[17:25], uint64(seconds))
 	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// WorkerGrant creates a credential in c's scope holding tasks:work and a
+// grant on c's queue, and returns its grant: what a worker session's leases
+// and completions check, for tests that drive the tasks store directly.
+func (s *Server) WorkerGrant(t testing.TB, c Credential) auth.Grant {
+	t.Helper()
+	cred, _, err := admin.NewStore(s.DB).CredentialCreate(context.Background(), &admin.CredentialCreateParams{
+		NamespaceID: c.NamespaceID, ApplicationID: c.ApplicationID, EnvironmentID: c.EnvironmentID,
+		Label: "worker", Permissions: []string{auth.PermTasksWork}, Queues: []string{c.QueueID},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return auth.Grant{CredentialID: cred.ID, Permission: auth.PermTasksWork, QueueID: c.QueueID, What: "queue"}
 }

@@ -34,16 +34,18 @@ func (e *env) succeedWith(t *testing.T, cred servertest.Credential, result strin
 	if r.Status != http.StatusCreated {
 		t.Fatalf("submit: %d %s", r.Status, r.Body)
 	}
-	session, err := store.SessionOpen(ctx, &tasks.SessionOpenParams{QueueID: cred.QueueID, CredentialID: cred.CredentialID, Capacity: 1})
+	grant := e.srv.WorkerGrant(t, cred)
+	session, err := store.SessionOpen(ctx, &tasks.SessionOpenParams{QueueID: cred.QueueID, CredentialID: grant.CredentialID, Capacity: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	assigned, err := store.Lease(ctx, session, time.Minute)
+	assigned, err := store.Lease(ctx, session, grant, time.Minute)
 	if err != nil || len(assigned) != 1 {
 		t.Fatalf("lease: %v, %d assignments", err, len(assigned))
 	}
 	a := assigned[0]
 	if _, _, err := store.Complete(ctx, &tasks.CompleteParams{
+		Grant:   grant,
 		Proof:   tasks.Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 		Outcome: tasks.OutcomeSucceeded, Result: []byte(result),
 	}); err != nil {

@@ -410,7 +410,11 @@ func AckBatch(ctx context.Context, pool *sql.DB, acks []*AckParams) ([]AckOutcom
 		for _, d := range locked {
 			byID[d.ID] = d
 		}
-		denied, err := checkAckGrants(ctx, tx, acks)
+		grants := make([]auth.Grant, len(acks))
+		for i, p := range acks {
+			grants[i] = p.Grant
+		}
+		denied, err := auth.CheckGrants(ctx, tx, grants)
 		if err != nil {
 			return err
 		}
@@ -467,28 +471,6 @@ func AckBatch(ctx context.Context, pool *sql.DB, acks []*AckParams) ([]AckOutcom
 		return nil, fmt.Errorf("subscriptions: ack: %w", err)
 	}
 	return outcomes, nil
-}
-
-// checkAckGrants checks the grants of a batch's ACKs, each distinct grant
-// once, and returns the error of each ACK whose grant no longer holds.
-func checkAckGrants(ctx context.Context, tx *sql.Tx, acks []*AckParams) ([]error, error) {
-	index := make(map[auth.Grant]int)
-	var grants []auth.Grant
-	for _, p := range acks {
-		if _, ok := index[p.Grant]; !ok {
-			index[p.Grant] = len(grants)
-			grants = append(grants, p.Grant)
-		}
-	}
-	checked, err := auth.CheckGrants(ctx, tx, grants)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]error, len(acks))
-	for i, p := range acks {
-		out[i] = checked[index[p.Grant]]
-	}
-	return out, nil
 }
 
 // proofHolds reports whether an ACK's epoch and secret are the delivery's

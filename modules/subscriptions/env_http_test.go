@@ -259,8 +259,9 @@ func (e *env) cancelledN(t *testing.T, c servertest.Credential, n int) {
 func (e *env) completed(t *testing.T, c servertest.Credential, outcome string) {
 	t.Helper()
 	id := e.submit(t, c, "")
-	a := e.leaseTask(t, c, id)
+	a, grant := e.leaseTask(t, c, id)
 	p := &tasks.CompleteParams{
+		Grant:   grant,
 		Proof:   tasks.Proof{TaskID: id, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 		Outcome: outcome,
 	}
@@ -277,28 +278,29 @@ func (e *env) completed(t *testing.T, c servertest.Credential, outcome string) {
 func (e *env) requeued(t *testing.T, c servertest.Credential) {
 	t.Helper()
 	id := e.submit(t, c, "")
-	a := e.leaseTask(t, c, id)
+	a, _ := e.leaseTask(t, c, id)
 	if _, err := e.tasks.Release(context.Background(), &tasks.Proof{TaskID: id, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret}, "not started"); err != nil {
 		t.Fatal(err)
 	}
 	wantStatus(t, e.post(t, c, "/v1/tasks/"+id+":cancel", newKey(), `{}`), http.StatusOK)
 }
 
-func (e *env) leaseTask(t *testing.T, c servertest.Credential, id string) tasks.Assignment {
+func (e *env) leaseTask(t *testing.T, c servertest.Credential, id string) (tasks.Assignment, auth.Grant) {
 	t.Helper()
 	ctx := context.Background()
-	session, err := e.tasks.SessionOpen(ctx, &tasks.SessionOpenParams{QueueID: c.QueueID, CredentialID: c.CredentialID, WorkerName: "test", Capacity: 1})
+	grant := e.srv.WorkerGrant(t, c)
+	session, err := e.tasks.SessionOpen(ctx, &tasks.SessionOpenParams{QueueID: c.QueueID, CredentialID: grant.CredentialID, WorkerName: "test", Capacity: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	assigned, err := e.tasks.Lease(ctx, session, time.Minute)
+	assigned, err := e.tasks.Lease(ctx, session, grant, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(assigned) != 1 || assigned[0].Task.ID != id {
 		t.Fatalf("leased %d tasks, want exactly task %s", len(assigned), id)
 	}
-	return assigned[0]
+	return assigned[0], grant
 }
 
 // head returns the committed head of a queue's result log.

@@ -168,7 +168,7 @@ func benchmarkAppend(b *testing.B, queueN int) {
 	ctx := context.Background()
 	pool := testdb.New(b)
 	store := tasks.NewStore(pool, time.Second, time.Minute)
-	var namespaceID string
+	var scope admin.Scope
 	queues := make([]string, queueN)
 	for q := range queues {
 		sc, err := admin.NewStore(pool).ScopeEnsure(ctx, &admin.ScopeEnsureParams{
@@ -177,7 +177,18 @@ func benchmarkAppend(b *testing.B, queueN int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		namespaceID, queues[q] = sc.NamespaceID, sc.QueueID
+		scope, queues[q] = sc, sc.QueueID
+	}
+	namespaceID := scope.NamespaceID
+	worker, _, err := admin.NewStore(pool).CredentialCreate(ctx, &admin.CredentialCreateParams{
+		NamespaceID: scope.NamespaceID, ApplicationID: scope.ApplicationID, EnvironmentID: scope.EnvironmentID,
+		Label: "worker", Permissions: []string{auth.PermTasksWork}, Queues: queues,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	grant := func(queue string) auth.Grant {
+		return auth.Grant{CredentialID: worker.ID, Permission: auth.PermTasksWork, QueueID: queue, What: "queue"}
 	}
 	perQueue := make([]int, queueN)
 	for first := 0; first < b.N; first += insertBatch {
@@ -205,7 +216,7 @@ func benchmarkAppend(b *testing.B, queueN int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		got, err := store.Lease(ctx, session, time.Hour)
+		got, err := store.Lease(ctx, session, grant(queueID), time.Hour)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -226,6 +237,7 @@ func benchmarkAppend(b *testing.B, queueN int) {
 			defer wg.Done()
 			for a := range assigned {
 				_, ev, err := store.Complete(ctx, &tasks.CompleteParams{
+					Grant:   grant(a.Task.QueueID),
 					Proof:   tasks.Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 					Outcome: tasks.OutcomeSucceeded, Result: []byte(`{"ok":true}`),
 				})

@@ -106,6 +106,7 @@ func (e *env) task(t *testing.T, c servertest.Credential, id string) tasks.TaskV
 type leased struct {
 	tasks.Assignment
 	Session string
+	Grant   auth.Grant
 }
 
 // lease leases the only available task of c's queue, which must be id, to a
@@ -113,24 +114,26 @@ type leased struct {
 func (e *env) lease(t *testing.T, c servertest.Credential, id string, d time.Duration) leased {
 	t.Helper()
 	ctx := context.Background()
-	session, err := e.store.SessionOpen(ctx, &tasks.SessionOpenParams{QueueID: c.QueueID, CredentialID: c.CredentialID, WorkerName: "test", Capacity: 1})
+	grant := e.srv.WorkerGrant(t, c)
+	session, err := e.store.SessionOpen(ctx, &tasks.SessionOpenParams{QueueID: c.QueueID, CredentialID: grant.CredentialID, WorkerName: "test", Capacity: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	assigned, err := e.store.Lease(ctx, session, d)
+	assigned, err := e.store.Lease(ctx, session, grant, d)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(assigned) != 1 || assigned[0].Task.ID != id {
 		t.Fatalf("leased %d tasks, want exactly task %s", len(assigned), id)
 	}
-	return leased{Assignment: assigned[0], Session: session}
+	return leased{Assignment: assigned[0], Session: session, Grant: grant}
 }
 
 // complete reports an outcome for a lease as its worker would.
 func (e *env) complete(t *testing.T, a leased, p tasks.CompleteParams) {
 	t.Helper()
 	p.Proof = tasks.Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret}
+	p.Grant = a.Grant
 	if _, _, err := e.store.Complete(context.Background(), &p); err != nil {
 		t.Fatal(err)
 	}

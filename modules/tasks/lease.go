@@ -101,14 +101,23 @@ func sessionLock(ctx context.Context, tx *sql.Tx, sessionID string) (queueID str
 // same transaction, so it holds across nodes; SKIP LOCKED lets many sessions
 // lease from one queue without ever assigning a task twice. The leases are
 // committed before Lease returns, so callers send task.assign only for
-// persisted leases.
-func (s *Store) Lease(ctx context.Context, sessionID string, leaseDuration time.Duration) ([]Assignment, error) {
+// persisted leases. grant is what the session's credential must still hold,
+// checked in the same transaction: when it no longer holds, nothing is
+// leased and the error is that of auth.CheckGrants.
+func (s *Store) Lease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]Assignment, error) {
 	var out []Assignment
 	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
 		out = nil
 		queueID, capacity, held, open, err := sessionLock(ctx, tx, sessionID)
 		if err != nil || !open {
 			return err
+		}
+		denied, err := auth.CheckGrants(ctx, tx, []auth.Grant{grant})
+		if err != nil {
+			return err
+		}
+		if denied[0] != nil {
+			return denied[0]
 		}
 		free := capacity - held
 		if free <= 0 {
@@ -205,6 +214,8 @@ func attemptLock(ctx context.Context, tx *sql.Tx, p *Proof) (*attemptRow, error)
 // CompleteParams are a worker's report of an attempt's outcome.
 type CompleteParams struct {
 	Proof
+	// Grant is what the completing credential must still hold (see Lease).
+	Grant        auth.Grant
 	Outcome      string
 	Result       []byte
 	ErrorCode    string
@@ -247,9 +258,10 @@ type CompleteOutcome struct {
 // queue's log head. Each completion is judged on its own: idempotent by the
 // proof (a repeat, in this batch or later, gets the original reply with
 // Deduplicated); a proof that is not the task's current lease gets
-// ErrLeaseLost in its outcome and changes nothing. A lease whose time ran
-// out may still complete until the sweeper has expired it. An error means
-// nothing was applied.
+// ErrLeaseLost in its outcome and changes nothing; one whose grant no longer
+// holds gets the error of auth.CheckGrants. A lease whose time ran out may
+// still complete until the sweeper has expired it. An error means nothing
+// was applied.
 //
 // Attempts and tasks are locked first, in task order, and the log heads
 // after, in queue order, so concurrent batches never wait on each other in
@@ -262,9 +274,17 @@ func (s *Store) CompleteBatch(ctx context.Context, completions []*CompleteParams
 	slices.SortStableFunc(order, func(a, b int) int {
 		return strings.Compare(completions[a].TaskID, completions[b].TaskID)
 	})
+	grants := make([]auth.Grant, len(completions))
+	for i, p := range completions {
+		grants[i] = p.Grant
+	}
 	var outcomes []CompleteOutcome
 	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
 		outcomes = make([]CompleteOutcome, len(completions))
+		denied, err := auth.CheckGrants(ctx, tx, grants)
+		if err != nil {
+			return err
+		}
 		type locked struct {
 			i int
 			t *Task
@@ -274,6 +294,10 @@ func (s *Store) CompleteBatch(ctx context.Context, completions []*CompleteParams
 		var repeats []int
 		for _, i := range order {
 			p := completions[i]
+			if denied[i] != nil {
+				outcomes[i].Err = denied[i]
+				continue
+			}
 			if _, ok := first[p.AttemptID]; ok {
 				repeats = append(repeats, i)
 				continue

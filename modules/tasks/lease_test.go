@@ -15,11 +15,11 @@ func leaseOne(t *testing.T, f *fixture, idempotent bool, maxAttempts int) Assign
 	t.Helper()
 	ctx := context.Background()
 	f.submit(t, f.queues[0], 1, idempotent, maxAttempts)
-	session, err := f.store.SessionOpen(ctx, &SessionOpenParams{QueueID: f.queues[0], CredentialID: "c", Capacity: 1})
+	session, err := f.store.SessionOpen(ctx, &SessionOpenParams{QueueID: f.queues[0], CredentialID: f.worker, Capacity: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := f.store.Lease(ctx, session, time.Minute)
+	got, err := f.store.Lease(ctx, session, f.grant(f.queues[0]), time.Minute)
 	if err != nil || len(got) != 1 {
 		t.Fatalf("lease: %v, %d assignments", err, len(got))
 	}
@@ -67,6 +67,7 @@ func TestT7_FailedAfterCancelRequestIsNotRetried(t *testing.T) {
 	a := leaseOne(t, f, true, 3)
 	requestCancel(t, f, a.Task.ID)
 	_, ev, err := f.store.Complete(context.Background(), &CompleteParams{
+		Grant:   f.grant(a.Task.QueueID),
 		Proof:   Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 		Outcome: OutcomeFailed, ErrorCode: "E", ErrorMessage: "stopped",
 	})
@@ -84,6 +85,7 @@ func TestT7_FailedIdempotentTaskIsRetriedAfterBackoff(t *testing.T) {
 	a := leaseOne(t, f, true, 3)
 	before := db.Now()
 	_, ev, err := f.store.Complete(context.Background(), &CompleteParams{
+		Grant:   f.grant(a.Task.QueueID),
 		Proof:   Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 		Outcome: OutcomeFailed, ErrorCode: "E", ErrorMessage: "boom",
 	})
@@ -102,6 +104,7 @@ func TestT5_CompleteIsIdempotentByProof(t *testing.T) {
 	a := leaseOne(t, f, false, 1)
 	ctx := context.Background()
 	p := &CompleteParams{
+		Grant:   f.grant(a.Task.QueueID),
 		Proof:   Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 		Outcome: OutcomeSucceeded, Result: []byte(`{"n":12345678901234567890}`),
 	}
@@ -163,6 +166,7 @@ func TestT6_LeaseExpiryPaths(t *testing.T) {
 			}
 			// The expired proof can no longer complete.
 			_, _, err = f.store.Complete(context.Background(), &CompleteParams{
+				Grant:   f.grant(a.Task.QueueID),
 				Proof:   Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 				Outcome: OutcomeSucceeded,
 			})

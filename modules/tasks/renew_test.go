@@ -20,11 +20,11 @@ func TestT5_RenewSurvivesADeadlock(t *testing.T) {
 	f := setup(t, 1)
 	ctx := context.Background()
 	f.submit(t, f.queues[0], 2, true, 3)
-	session, err := f.store.SessionOpen(ctx, &SessionOpenParams{QueueID: f.queues[0], CredentialID: "c", Capacity: 2})
+	session, err := f.store.SessionOpen(ctx, &SessionOpenParams{QueueID: f.queues[0], CredentialID: f.worker, Capacity: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leased, err := f.store.Lease(ctx, session, time.Minute)
+	leased, err := f.store.Lease(ctx, session, f.grant(f.queues[0]), time.Minute)
 	if err != nil || len(leased) != 2 {
 		t.Fatalf("lease: %v, %d assignments", err, len(leased))
 	}

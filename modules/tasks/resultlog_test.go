@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/orbitrun/orbit/internal/auth"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,6 +23,14 @@ type fixture struct {
 	store  *Store
 	scope  admin.Scope
 	queues []string
+	// worker is a real credential with tasks:work on every queue, whose
+	// grant leases and completions check.
+	worker string
+}
+
+// grant is the worker credential's grant on queue.
+func (f *fixture) grant(queue string) auth.Grant {
+	return auth.Grant{CredentialID: f.worker, Permission: auth.PermTasksWork, QueueID: queue, What: "queue"}
 }
 
 func setup(t *testing.T, queues int) *fixture {
@@ -38,6 +47,14 @@ func setup(t *testing.T, queues int) *fixture {
 		f.scope = sc
 		f.queues = append(f.queues, sc.QueueID)
 	}
+	cred, _, err := admin.NewStore(pool).CredentialCreate(context.Background(), &admin.CredentialCreateParams{
+		NamespaceID: f.scope.NamespaceID, ApplicationID: f.scope.ApplicationID, EnvironmentID: f.scope.EnvironmentID,
+		Label: "worker", Permissions: []string{auth.PermTasksWork}, Queues: f.queues,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.worker = cred.ID
 	return f
 }
 
@@ -109,19 +126,20 @@ func completeAll(t *testing.T, f *fixture, queue string, workers, total int) {
 		go func() {
 			defer wg.Done()
 			ctx := context.Background()
-			session, err := f.store.SessionOpen(ctx, &SessionOpenParams{QueueID: queue, CredentialID: "c", Capacity: 1})
+			session, err := f.store.SessionOpen(ctx, &SessionOpenParams{QueueID: queue, CredentialID: f.worker, Capacity: 1})
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			for completed.Load() < int64(total) {
-				assigned, err := f.store.Lease(ctx, session, time.Minute)
+				assigned, err := f.store.Lease(ctx, session, f.grant(queue), time.Minute)
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				for _, a := range assigned {
 					_, _, err := f.store.Complete(ctx, &CompleteParams{
+						Grant:   f.grant(a.Task.QueueID),
 						Proof:   Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 						Outcome: OutcomeSucceeded, Result: []byte(`{"ok":true}`),
 					})

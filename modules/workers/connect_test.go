@@ -422,10 +422,14 @@ func TestC18_EnvelopeRules(t *testing.T) {
 
 func TestPingRechecksCredential(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
+	// Leases check the credential too (TestT3_EveryLeaseChecksTheGrant);
+	// here they run only after the welcome and when tasks are signalled,
+	// so that once the first has run the ping is what finds the change.
+	e := setup(t, workersConfig(func(c *workers.Config) { c.PollInterval = time.Hour }))
 	cred := e.credential(t, "q")
 	w := e.connect(t, cred, 1)
 	wantPingAck(t, w.ping(t))
+	w.settle()
 	if err := admin.NewStore(e.srv.DB).CredentialRevoke(context.Background(), cred.CredentialID, "test"); err != nil {
 		t.Fatal(err)
 	}

@@ -241,6 +241,12 @@ type cancelBody struct {
 	AttemptID string `json:"attempt_id"`
 }
 
+// settle waits until the connection's dispatcher has finished the lease it
+// makes right after the welcome or after sending assignments, for tests
+// whose next step must be found by a ping or a completion rather than by
+// that lease (leases check the credential too).
+func (w *worker) settle() { time.Sleep(quiet) }
+
 // assign returns the next task.assign; other frames stay queued.
 func (w *worker) assign(t *testing.T) *assignment {
 	t.Helper()

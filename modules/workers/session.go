@@ -313,6 +313,16 @@ func (s *session) ping(f *wsx.Frame) bool {
 	return true
 }
 
+// grant is what every lease and completion of the session checks again in
+// its transaction: the credential still active, holding tasks:work and a
+// grant on the session's queue.
+func (s *session) grant() auth.Grant {
+	return auth.Grant{
+		CredentialID: s.c.Principal().CredentialID, Permission: auth.PermTasksWork,
+		QueueID: s.queueID, What: "queue",
+	}
+}
+
 // proof checks the lease proof of a complete or release body.
 func (s *session) proof(b *proofBody) (tasks.Proof, error) {
 	return checkProof(b, "body.", s.queueID)
@@ -396,11 +406,20 @@ func (s *session) complete(f *wsx.Frame) {
 	if !s.completions.Reserve(s.c.Context()) {
 		return
 	}
+	params.Grant = s.grant()
 	s.m.completes.Submit(&completeRequest{Params: *params, Done: func(o tasks.CompleteOutcome, err error) {
 		if err != nil {
 			o.Err = err
 		}
 		s.completions.Answer(func() {
+			if auth.IsGrantError(o.Err) {
+				// The credential lost what the completion needs: the
+				// error answers it and the connection closes (seed 001
+				// §1, §7, for workers as for consumers).
+				_ = s.c.SendError(f.MessageID, o.Err)
+				s.c.Close(wsx.ClosePolicyViolation, "completion refused")
+				return
+			}
 			if o.Err != nil {
 				s.sendStoreError(f, o.Err)
 				return
@@ -496,9 +515,17 @@ func (s *session) dispatch() {
 			// the next one.
 			cancels = s.m.tasks.CancelRequested.C()
 		}
-		assigned, err := store.Lease(ctx, s.id, s.m.cfg.LeaseDuration)
+		assigned, err := store.Lease(ctx, s.id, s.grant(), s.m.cfg.LeaseDuration)
 		if err != nil {
 			if ctx.Err() != nil {
+				return
+			}
+			var he *httpx.Error
+			if auth.IsGrantError(err) && errors.As(err, &he) {
+				// The credential lost what leasing needs: nothing was
+				// leased. Error frames of this protocol answer a request,
+				// so the close reason says why.
+				s.c.Close(wsx.ClosePolicyViolation, string(he.Code)+": "+he.Message)
 				return
 			}
 			// A temporary failure inside the connection closes it, as a
