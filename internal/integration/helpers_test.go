@@ -40,24 +40,46 @@ func setup(t *testing.T) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	t.Cleanup(cancel)
+	// The scope and the worker's credential are real: leases and
+	// completions check the credential's grant on the queue.
+	admins := admin.NewStore(env.platform)
+	sc, err := admins.ScopeEnsure(ctx, &admin.ScopeEnsureParams{
+		Namespace: "it", Application: "it", Environment: "it", Queue: "q-" + db.NewID(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	f := &fixture{
 		t:           t,
 		ctx:         ctx,
-		namespaceID: db.NewID(),
-		queueID:     db.NewID(),
+		namespaceID: sc.NamespaceID,
+		queueID:     sc.QueueID,
 		consumer:    newConsumer(),
 		tasks:       tasks.NewStore(env.platform, time.Second, time.Minute),
 	}
-	// The worker's credential is real: leases and completions check it.
-	cred, _, err := admin.NewStore(env.platform).CredentialCreate(ctx, &admin.CredentialCreateParams{
-		NamespaceID: f.namespaceID, ApplicationID: db.NewID(), EnvironmentID: db.NewID(),
-		Label: "integration", Permissions: []string{auth.PermTasksWork}, Queues: []string{f.queueID},
+	cred, _, err := admins.CredentialCreate(ctx, &admin.CredentialCreateParams{
+		NamespaceID: sc.NamespaceID, ApplicationID: sc.ApplicationID, EnvironmentID: sc.EnvironmentID,
+		Label: "integration", Permissions: []string{auth.PermTasksWork}, Queues: []string{sc.QueueID},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.credentialID = cred.ID
 	return f
+}
+
+// workOn points the fixture at another namespace's queue, with a new worker
+// credential granted on it.
+func (f *fixture) workOn(namespaceID, queueID string) {
+	f.t.Helper()
+	cred, _, err := admin.NewStore(env.platform).CredentialCreate(f.ctx, &admin.CredentialCreateParams{
+		NamespaceID: namespaceID, ApplicationID: db.NewID(), EnvironmentID: db.NewID(),
+		Label: "integration", Permissions: []string{auth.PermTasksWork}, Queues: []string{queueID},
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.namespaceID, f.credentialID, f.queueID = namespaceID, cred.ID, queueID
 }
 
 // grant is what the fixture's worker sessions check on every lease and

@@ -114,7 +114,7 @@ func TestR9_ConsumeStopsWithinTenSeconds(t *testing.T) {
 	// printed.
 	marker := "result-body-" + db.NewID()
 	f := setup(t)
-	f.namespaceID, f.credentialID, f.queueID = c.NamespaceID, c.CredentialID, c.QueueID
+	f.workOn(c.NamespaceID, c.QueueID)
 	succeeded, _ := f.completed(tasks.OutcomeSucceeded, []byte(`{"note":"`+marker+`","n":1}`))
 	failed, _ := f.completed(tasks.OutcomeFailed, []byte(`{"note":"`+marker+`","n":2}`))
 	cancelled := c.cancelledTask(t, ctx)
