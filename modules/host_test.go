@@ -554,3 +554,33 @@ func TestRegister(t *testing.T) {
 		})
 	}
 }
+
+// offerer is what a module requiring "offers" needs from it.
+type offerer interface{ Offer() string }
+
+type offering struct{ registrant }
+
+func (offering) Offer() string { return "offered" }
+
+func TestRequire_GivesTheCapabilityOfARequiredModule(t *testing.T) {
+	t.Parallel()
+	in := Instances{
+		"offers": offering{registrant{info: Info{ID: "offers"}}},
+		"other":  registrant{info: Info{ID: "other"}},
+	}
+	h, err := NewHost(in, []string{"offers", "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &Env{host: h}
+	o, err := Require[offerer](env, "offers")
+	if err != nil || o.Offer() != "offered" {
+		t.Fatalf("Require = %v, %v", o, err)
+	}
+	if _, err := Require[offerer](env, "other"); err == nil {
+		t.Fatal("a module that does not offer the capability was returned")
+	}
+	if _, err := Require[offerer](env, "missing"); err == nil {
+		t.Fatal("a module outside the run was returned")
+	}
+}

@@ -122,6 +122,25 @@ func (e *Env) Module(id string) Module {
 	return e.host.byID[id]
 }
 
+// Require returns what module id offers as T, for a module that declared id
+// in its Requires and needs only the capability T from it: an interface the
+// requiring module declares (or a kit declares), never the other module's
+// concrete type, so that no module reaches into another's fields. It is an
+// error when id is not part of this run or does not offer T. Call it from
+// Provision, when every required module has been provisioned.
+func Require[T any](env *Env, id string) (T, error) {
+	var zero T
+	m := env.Module(id)
+	if m == nil {
+		return zero, fmt.Errorf("modules: required module %q is not part of this run", id)
+	}
+	t, ok := m.(T)
+	if !ok {
+		return zero, fmt.Errorf("modules: module %q does not offer %T", id, (*T)(nil))
+	}
+	return t, nil
+}
+
 var (
 	registryMu sync.RWMutex
 	registry   = map[string]Info{}
