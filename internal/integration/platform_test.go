@@ -17,9 +17,9 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/orbitrun/orbit/cmd/orbit/server"
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/db"
-	"github.com/orbitrun/orbit/internal/server"
 	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/admin"
 	_ "github.com/orbitrun/orbit/modules/all"

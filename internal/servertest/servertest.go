@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orbitrun/orbit/cmd/orbit/server"
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
-	"github.com/orbitrun/orbit/internal/server"
 	"github.com/orbitrun/orbit/internal/testdb"
 	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/admin"

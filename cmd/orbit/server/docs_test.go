@@ -17,11 +17,11 @@ func TestDocsExamples(t *testing.T) {
 	if resp.Status != http.StatusUnauthorized {
 		t.Fatalf("status %d, want 401", resp.Status)
 	}
-	doctest.Check(t, "../../docs/api/conventions.md", "conventions-error", resp.Body)
+	doctest.Check(t, "../../../docs/api/conventions.md", "conventions-error", resp.Body)
 
 	resp = srv.Do(t, servertest.Request{Method: http.MethodGet, Path: "/v1/credential", Token: cred.Token})
 	if resp.Status != http.StatusOK {
 		t.Fatalf("status %d, want 200", resp.Status)
 	}
-	doctest.Check(t, "../../docs/api/credential.md", "credential-get-response", resp.Body)
+	doctest.Check(t, "../../../docs/api/credential.md", "credential-get-response", resp.Body)
 }

@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/orbitrun/orbit/cmd/orbit/server"
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/migrate"
-	"github.com/orbitrun/orbit/internal/server"
 	"github.com/orbitrun/orbit/migrations"
 )
 

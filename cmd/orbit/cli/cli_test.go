@@ -21,9 +21,9 @@ import (
 	"go.uber.org/goleak"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/orbitrun/orbit/cmd/orbit/cli"
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
-	"github.com/orbitrun/orbit/internal/cli"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/testdb"
@@ -501,7 +501,7 @@ func TestValidate(t *testing.T) {
 
 	t.Run("ExampleFile", func(t *testing.T) {
 		t.Parallel()
-		const example = "../../orbit.example.yaml"
+		const example = "../../../orbit.example.yaml"
 		out, err := orbit(t, "validate", "--config", example)
 		if err != nil {
 			t.Fatalf("validate %s: %v", example, err)
