@@ -16,8 +16,8 @@ import (
 
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
-	"github.com/orbitrun/orbit/internal/orbitproc"
-	"github.com/orbitrun/orbit/internal/testdb"
+	"github.com/orbitrun/orbit/internal/testkit/orbitproc"
+	"github.com/orbitrun/orbit/internal/testkit/testdb"
 	"github.com/orbitrun/orbit/internal/wake"
 	"github.com/orbitrun/orbit/modules/admin"
 	orbit "github.com/orbitrun/orbit/sdk/go"

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/orbitrun/orbit/internal/auth"
-	"github.com/orbitrun/orbit/internal/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/servertest"
 	"github.com/orbitrun/orbit/modules/tasks"
 	orbit "github.com/orbitrun/orbit/sdk/go"
 )

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/orbitrun/orbit/internal/wstest"
+	"github.com/orbitrun/orbit/internal/testkit/wstest"
 )
 
 // ackDropper forwards TCP connections to an Orbit server and reads the

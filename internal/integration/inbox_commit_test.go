@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/orbitrun/orbit/examples/result-inbox/inbox"
-	"github.com/orbitrun/orbit/internal/db/dbtest"
+	"github.com/orbitrun/orbit/internal/testkit/dbtest"
 	"github.com/orbitrun/orbit/modules/tasks"
 )
 

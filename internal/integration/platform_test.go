@@ -28,10 +28,10 @@ import (
 )
 
 // The platform side of the receiver tests: an in-process Orbit server, as
-// internal/servertest runs one, but on the shared orbit_test database of
-// TestMain rather than on a database of its own. Each test starts its
-// own server and bootstraps its own namespace and queue, so tests and
-// servers share the database the way nodes of one deployment do.
+// internal/testkit/servertest runs one, but on the shared orbit_test
+// database of TestMain rather than on a database of its own. Each
+// test starts its own server and bootstraps its own namespace and queue, so
+// tests and servers share the database the way nodes of one deployment do.
 
 // platformStopTimeout bounds stopping an in-process server.
 const platformStopTimeout = 10 * time.Second

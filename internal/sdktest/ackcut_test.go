@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orbitrun/orbit/internal/wstest"
+	"github.com/orbitrun/orbit/internal/testkit/wstest"
 )
 
 // ackCutter forwards TCP connections to an Orbit server and reads the

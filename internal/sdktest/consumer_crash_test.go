@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/orbitrun/orbit/internal/db"
-	"github.com/orbitrun/orbit/internal/orbitproc"
-	"github.com/orbitrun/orbit/internal/testdb"
+	"github.com/orbitrun/orbit/internal/testkit/orbitproc"
+	"github.com/orbitrun/orbit/internal/testkit/testdb"
 	"github.com/orbitrun/orbit/modules/admin"
 	orbit "github.com/orbitrun/orbit/sdk/go"
 )

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orbitrun/orbit/internal/wstest"
+	"github.com/orbitrun/orbit/internal/testkit/wstest"
 	"github.com/orbitrun/orbit/modules/events"
 	"github.com/orbitrun/orbit/modules/subscriptions"
 	orbit "github.com/orbitrun/orbit/sdk/go"

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/orbitrun/orbit/internal/db"
-	"github.com/orbitrun/orbit/internal/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/servertest"
 	"github.com/orbitrun/orbit/modules/events"
 	"github.com/orbitrun/orbit/modules/subscriptions"
 	"github.com/orbitrun/orbit/modules/tasks"

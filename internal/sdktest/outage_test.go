@@ -17,8 +17,8 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/orbitrun/orbit/internal/db"
-	"github.com/orbitrun/orbit/internal/servertest"
-	"github.com/orbitrun/orbit/internal/testdb"
+	"github.com/orbitrun/orbit/internal/testkit/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/testdb"
 	orbit "github.com/orbitrun/orbit/sdk/go"
 )
 

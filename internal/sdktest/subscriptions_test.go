@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/orbitrun/orbit/internal/db"
-	"github.com/orbitrun/orbit/internal/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/servertest"
 	"github.com/orbitrun/orbit/modules/subscriptions"
 	orbit "github.com/orbitrun/orbit/sdk/go"
 )

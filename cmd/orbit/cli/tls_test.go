@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orbitrun/orbit/internal/testdb"
+	"github.com/orbitrun/orbit/internal/testkit/testdb"
 )
 
 // selfSigned writes a certificate for 127.0.0.1 and its key into dir and

@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/orbitrun/orbit/internal/doctest"
-	"github.com/orbitrun/orbit/internal/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/doctest"
+	"github.com/orbitrun/orbit/internal/testkit/servertest"
 )
 
 // TestDocsExamples keeps the examples of docs/api/conventions.md and

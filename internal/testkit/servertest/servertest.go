@@ -1,6 +1,10 @@
 // Package servertest runs a real orbit server for tests: a fresh migrated
-// database from internal/testdb, every server module, and an httptest server
-// on a loopback port.
+// database from internal/testkit/testdb, every server module, and an
+// httptest server on a loopback port.
+//
+// It is the one package under internal/ that imports modules (the module
+// host, modules/all and cmd/orbit/server): starting a whole server needs
+// them. Kits under internal/ import nothing of modules/.
 package servertest
 
 import (
@@ -21,7 +25,7 @@ import (
 	"github.com/orbitrun/orbit/cmd/orbit/server"
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
-	"github.com/orbitrun/orbit/internal/testdb"
+	"github.com/orbitrun/orbit/internal/testkit/testdb"
 	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/admin"
 	_ "github.com/orbitrun/orbit/modules/all"
