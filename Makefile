@@ -39,11 +39,11 @@ test: db-server vet
 	@set -e; for m in $(MODULES); do echo "== go test $$m"; (cd $$m && GOWORK=off $(GO) test $(TEST_FLAGS) ./...); done
 
 # integration runs the tests that need a real database server, among them
-# internal/integration (orbit_test and orbit_receiver_test on one temporary
+# tests/integration (orbit_test and orbit_receiver_test on one temporary
 # server, R-19), then vets, builds and race-tests the result-inbox example
 # as its own module.
 integration: db-server
-	$(GO) test $(TEST_FLAGS) ./internal/... ./modules/... ./cmd/...
+	$(GO) test $(TEST_FLAGS) ./internal/... ./modules/... ./cmd/... ./tests/...
 	cd examples/result-inbox && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) build ./... && GOWORK=off $(GO) test $(TEST_FLAGS) ./...
 
 vet:

@@ -1,4 +1,4 @@
-package sdktest_test
+package sdk_test
 
 import (
 	"context"

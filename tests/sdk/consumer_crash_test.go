@@ -1,6 +1,6 @@
 //go:build linux
 
-package sdktest_test
+package sdk_test
 
 import (
 	"context"

@@ -42,7 +42,7 @@ func stopConsume(t *testing.T, p *childProcess, secrets ...string) {
 //
 // (When the ACK was recorded and only its answer lost, the delivery is
 // ACKED and nothing comes again; the SDK's re-send of the same proof on a
-// live process is tested in internal/sdktest.)
+// live process is tested in tests/sdk.)
 func TestR17_AckReplyLostThenProcessExits(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), processTestTimeout)
