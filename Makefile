@@ -5,8 +5,8 @@ GO        ?= go
 BIN       := bin/orbit
 PKGS      := ./...
 SDK_DIR   := sdk/go
-# Go modules of the repository, each tested on its own.
-MODULES   := . $(SDK_DIR) examples/result-inbox
+# Go modules of the repository, each vetted and tested on its own.
+MODULES   := . $(SDK_DIR) examples/result-inbox bench
 TEST_FLAGS ?= -race -count=1 -timeout 12m
 
 .PHONY: build run test integration vet race bench lint clean db-server
@@ -52,6 +52,8 @@ vet:
 race: db-server
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) test -race -count=1 ./...); done
 
+# bench is its own Go module; go.work lets `go run ./bench` resolve it from
+# the repository root.
 bench: db-server
 	$(GO) run ./bench -out docs/benchmarks.md
 
