@@ -5,8 +5,8 @@ GO        ?= go
 BIN       := bin/orbit
 PKGS      := ./...
 SDK_DIR   := sdk/go
-# Go modules of the repository, each tested on its own.
-MODULES   := . $(SDK_DIR) examples/result-inbox
+# Go modules of the repository, each vetted and tested on its own.
+MODULES   := . $(SDK_DIR) examples/result-inbox bench
 TEST_FLAGS ?= -race -count=1 -timeout 12m
 
 .PHONY: build run test integration vet race bench lint clean db-server
@@ -39,11 +39,11 @@ test: db-server vet
 	@set -e; for m in $(MODULES); do echo "== go test $$m"; (cd $$m && GOWORK=off $(GO) test $(TEST_FLAGS) ./...); done
 
 # integration runs the tests that need a real database server, among them
-# internal/integration (orbit_test and orbit_receiver_test on one temporary
+# tests/integration (orbit_test and orbit_receiver_test on one temporary
 # server, R-19), then vets, builds and race-tests the result-inbox example
 # as its own module.
 integration: db-server
-	$(GO) test $(TEST_FLAGS) ./internal/... ./modules/... ./cmd/...
+	$(GO) test $(TEST_FLAGS) ./internal/... ./modules/... ./cmd/... ./tests/...
 	cd examples/result-inbox && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) build ./... && GOWORK=off $(GO) test $(TEST_FLAGS) ./...
 
 vet:
@@ -52,6 +52,8 @@ vet:
 race: db-server
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) test -race -count=1 ./...); done
 
+# bench is its own Go module; go.work lets `go run ./bench` resolve it from
+# the repository root.
 bench: db-server
 	$(GO) run ./bench -out docs/benchmarks.md
 

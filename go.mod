@@ -3,8 +3,6 @@ module github.com/orbitrun/orbit
 go 1.26.8
 
 require (
-	github.com/ThreeDotsLabs/watermill v1.5.1
-	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
 	github.com/go-json-experiment/json v1.27.2
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/go-viper/mapstructure/v2 v2.4.0
@@ -21,19 +19,7 @@ require (
 	golang.org/x/sys v0.35.0
 )
 
-require (
-	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
-	github.com/google/uuid v1.6.0 // indirect
-	github.com/jackc/pgpassfile v1.0.0 // indirect
-	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.7.5 // indirect
-	github.com/lib/pq v1.10.9 // indirect
-	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
-	github.com/oklog/ulid v1.3.1 // indirect
-	github.com/pkg/errors v0.9.1 // indirect
-	github.com/sony/gobreaker v1.0.0 // indirect
-	golang.org/x/crypto v0.37.0 // indirect
-)
+require github.com/rogpeppe/go-internal v1.13.1 // indirect
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect

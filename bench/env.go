@@ -13,12 +13,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/orbitrun/orbit/cmd/orbit/server"
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/migrate"
 	"github.com/orbitrun/orbit/internal/mysqld"
-	"github.com/orbitrun/orbit/internal/server"
 	"github.com/orbitrun/orbit/migrations"
 	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/admin"

@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	"github.com/orbitrun/orbit/internal/cli"
+	"github.com/orbitrun/orbit/cmd/orbit/cli"
 )
 
 func main() {

@@ -15,8 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orbitrun/orbit/internal/auth"
-	"github.com/orbitrun/orbit/internal/servertest"
-	"github.com/orbitrun/orbit/internal/testdb"
+	"github.com/orbitrun/orbit/internal/testkit/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/testdb"
 	orbit "github.com/orbitrun/orbit/sdk/go"
 )
 

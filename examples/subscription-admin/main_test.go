@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orbitrun/orbit/internal/servertest"
-	"github.com/orbitrun/orbit/internal/testdb"
+	"github.com/orbitrun/orbit/internal/testkit/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/testdb"
 	orbit "github.com/orbitrun/orbit/sdk/go"
 )
 

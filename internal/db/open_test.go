@@ -14,7 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/orbitrun/orbit/internal/db"
-	"github.com/orbitrun/orbit/internal/testdb"
+	"github.com/orbitrun/orbit/internal/testkit/testdb"
 )
 
 // isolationVariable returns the name of the session isolation variable on

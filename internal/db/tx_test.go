@@ -12,8 +12,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/orbitrun/orbit/internal/db"
-	"github.com/orbitrun/orbit/internal/db/dbtest"
-	"github.com/orbitrun/orbit/internal/testdb"
+	"github.com/orbitrun/orbit/internal/testkit/dbtest"
+	"github.com/orbitrun/orbit/internal/testkit/testdb"
 )
 
 // setup returns a pool on a fresh database with a table of two counters,

@@ -3,7 +3,7 @@ package migrate_test
 import (
 	"testing"
 
-	"github.com/orbitrun/orbit/internal/testdb"
+	"github.com/orbitrun/orbit/internal/testkit/testdb"
 )
 
 func TestMain(m *testing.M) {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/migrate"
-	"github.com/orbitrun/orbit/internal/testdb"
+	"github.com/orbitrun/orbit/internal/testkit/testdb"
 	"github.com/orbitrun/orbit/migrations"
 )
 

@@ -1,5 +1,5 @@
 // Package all plugs every platform module into a binary. cmd/orbit (through
-// internal/cli) and the test server import it; adding a module to Orbit is
+// cmd/orbit/cli) and the test server import it; adding a module to Orbit is
 // one line here.
 package all
 

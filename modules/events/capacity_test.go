@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orbitrun/orbit/internal/wstest"
+	"github.com/orbitrun/orbit/internal/testkit/wstest"
 )
 
 // TestE4_CapacityAcrossConnections: two connections of one credential with

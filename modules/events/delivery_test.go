@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orbitrun/orbit/internal/doctest"
 	"github.com/orbitrun/orbit/internal/httpx"
-	"github.com/orbitrun/orbit/internal/wstest"
+	"github.com/orbitrun/orbit/internal/testkit/doctest"
+	"github.com/orbitrun/orbit/internal/testkit/wstest"
 )
 
 // seedDeliveryMembers are the members of the seed's event.deliver

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/orbitrun/orbit/internal/auth"
-	"github.com/orbitrun/orbit/internal/wstest"
+	"github.com/orbitrun/orbit/internal/testkit/wstest"
 	"github.com/orbitrun/orbit/modules/admin"
 	"github.com/orbitrun/orbit/modules/events"
 )

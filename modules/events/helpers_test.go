@@ -18,8 +18,8 @@ import (
 
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
-	"github.com/orbitrun/orbit/internal/servertest"
-	"github.com/orbitrun/orbit/internal/wstest"
+	"github.com/orbitrun/orbit/internal/testkit/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/wstest"
 	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/events"
 	"github.com/orbitrun/orbit/modules/subscriptions"

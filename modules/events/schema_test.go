@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orbitrun/orbit/internal/wstest"
+	"github.com/orbitrun/orbit/internal/testkit/wstest"
 )
 
 // clientTypes and serverTypes are the frame types of each direction,

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orbitrun/orbit/internal/wstest"
+	"github.com/orbitrun/orbit/internal/testkit/wstest"
 	"github.com/orbitrun/orbit/modules"
 )
 

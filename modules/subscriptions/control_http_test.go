@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orbitrun/orbit/internal/doctest"
-	"github.com/orbitrun/orbit/internal/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/doctest"
+	"github.com/orbitrun/orbit/internal/testkit/servertest"
 	"github.com/orbitrun/orbit/modules/subscriptions"
 )
 

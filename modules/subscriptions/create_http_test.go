@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/orbitrun/orbit/internal/db"
-	"github.com/orbitrun/orbit/internal/doctest"
-	"github.com/orbitrun/orbit/internal/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/doctest"
+	"github.com/orbitrun/orbit/internal/testkit/servertest"
 	"github.com/orbitrun/orbit/modules/subscriptions"
 	"github.com/orbitrun/orbit/modules/tasks"
 )

@@ -16,7 +16,7 @@ import (
 
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
-	"github.com/orbitrun/orbit/internal/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/servertest"
 	"github.com/orbitrun/orbit/modules/admin"
 	"github.com/orbitrun/orbit/modules/subscriptions"
 	"github.com/orbitrun/orbit/modules/tasks"

@@ -10,7 +10,7 @@ import (
 
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
-	"github.com/orbitrun/orbit/internal/testdb"
+	"github.com/orbitrun/orbit/internal/testkit/testdb"
 	"github.com/orbitrun/orbit/modules/admin"
 	"github.com/orbitrun/orbit/modules/tasks"
 )

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/orbitrun/orbit/internal/auth"
-	"github.com/orbitrun/orbit/internal/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/servertest"
 	"github.com/orbitrun/orbit/modules/tasks"
 )
 

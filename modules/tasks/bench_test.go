@@ -14,8 +14,8 @@ import (
 
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
-	"github.com/orbitrun/orbit/internal/servertest"
-	"github.com/orbitrun/orbit/internal/testdb"
+	"github.com/orbitrun/orbit/internal/testkit/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/testdb"
 	"github.com/orbitrun/orbit/modules/admin"
 	"github.com/orbitrun/orbit/modules/tasks"
 	orbit "github.com/orbitrun/orbit/sdk/go"

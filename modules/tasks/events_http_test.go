@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orbitrun/orbit/internal/doctest"
+	"github.com/orbitrun/orbit/internal/testkit/doctest"
 	"github.com/orbitrun/orbit/modules/tasks"
 )
 

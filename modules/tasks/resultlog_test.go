@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/orbitrun/orbit/internal/db"
-	"github.com/orbitrun/orbit/internal/testdb"
+	"github.com/orbitrun/orbit/internal/testkit/testdb"
 	"github.com/orbitrun/orbit/modules/admin"
 )
 

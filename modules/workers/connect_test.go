@@ -11,9 +11,9 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/orbitrun/orbit/internal/auth"
-	"github.com/orbitrun/orbit/internal/doctest"
-	"github.com/orbitrun/orbit/internal/servertest"
-	"github.com/orbitrun/orbit/internal/wstest"
+	"github.com/orbitrun/orbit/internal/testkit/doctest"
+	"github.com/orbitrun/orbit/internal/testkit/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/wstest"
 	"github.com/orbitrun/orbit/modules/admin"
 	"github.com/orbitrun/orbit/modules/workers"
 )

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orbitrun/orbit/internal/doctest"
+	"github.com/orbitrun/orbit/internal/testkit/doctest"
 	"github.com/orbitrun/orbit/modules/tasks"
 	"github.com/orbitrun/orbit/modules/workers"
 )

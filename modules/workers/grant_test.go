@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/orbitrun/orbit/internal/auth"
-	"github.com/orbitrun/orbit/internal/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/servertest"
 	"github.com/orbitrun/orbit/modules/admin"
 	"github.com/orbitrun/orbit/modules/tasks"
 	"github.com/orbitrun/orbit/modules/workers"

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/orbitrun/orbit/internal/auth"
-	"github.com/orbitrun/orbit/internal/servertest"
-	"github.com/orbitrun/orbit/internal/wstest"
+	"github.com/orbitrun/orbit/internal/testkit/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/wstest"
 	"github.com/orbitrun/orbit/modules/tasks"
 	"github.com/orbitrun/orbit/modules/workers"
 )

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orbitrun/orbit/internal/doctest"
-	"github.com/orbitrun/orbit/internal/wstest"
+	"github.com/orbitrun/orbit/internal/testkit/doctest"
+	"github.com/orbitrun/orbit/internal/testkit/wstest"
 	"github.com/orbitrun/orbit/modules/tasks"
 )
 

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orbitrun/orbit/internal/doctest"
-	"github.com/orbitrun/orbit/internal/servertest"
-	"github.com/orbitrun/orbit/internal/wstest"
+	"github.com/orbitrun/orbit/internal/testkit/doctest"
+	"github.com/orbitrun/orbit/internal/testkit/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/wstest"
 	"github.com/orbitrun/orbit/modules/tasks"
 	"github.com/orbitrun/orbit/modules/workers"
 )

@@ -9,7 +9,7 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/orbitrun/orbit/internal/wstest"
+	"github.com/orbitrun/orbit/internal/testkit/wstest"
 	"github.com/orbitrun/orbit/modules/tasks"
 )
 

@@ -8,7 +8,7 @@ import (
 )
 
 // seedFragment is the management fragment of seed 001 §8, as written. Its
-// copy in internal/sdktest runs it against a real server.
+// copy in tests/sdk runs it against a real server.
 func seedFragment(ctx context.Context, client *orbit.Client, key, pauseKey, queueID string) error {
 	created, err := client.CreateSubscription(ctx, key, orbit.CreateSubscriptionRequest{
 		Name:        "object-results",

@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orbitrun/orbit/cmd/orbit/server"
+	"github.com/orbitrun/orbit/config"
+	"github.com/orbitrun/orbit/internal/migrate"
+	"github.com/orbitrun/orbit/migrations"
+)
+
+func serveCommand(app *App) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the server modules on one HTTP listener",
+		Long: `Runs the server modules named by server.modules (default: every server module)
+on one HTTP listener. The database schema must be current: pass --migrate (or set
+database.migrate: true) to apply pending migrations first. SIGINT or SIGTERM stops
+the server gracefully within server.shutdown_timeout.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := app.LoadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return app.serve(ctx, cmd, cfg)
+		},
+	}
+	cmd.Flags().String("listen", config.DefaultListen, "listen address host:port (server.listen)")
+	cmd.Flags().Bool("migrate", false, "apply pending migrations before serving (database.migrate)")
+	app.flagKeys["server.listen"] = "listen"
+	app.flagKeys["database.migrate"] = "migrate"
+	return cmd
+}
+
+// serve runs the server until ctx is cancelled or serving fails.
+func (app *App) serve(ctx context.Context, cmd *cobra.Command, cfg *config.Config) error {
+	logger := newLogger(cfg, cmd.ErrOrStderr())
+	pool, err := openDatabase(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if cfg.Database.Migrate {
+		applied, err := migrate.Up(ctx, pool, migrations.Files)
+		if err != nil {
+			return err
+		}
+		for _, name := range applied {
+			logger.Info("migration applied", "file", name)
+		}
+	}
+	if err := migrate.Check(ctx, pool, migrations.Files); err != nil {
+		if errors.Is(err, migrate.ErrBehind) {
+			return fmt.Errorf("%w (run: orbit migrate up, or serve with --migrate)", err)
+		}
+		return err
+	}
+	srv, err := server.New(ctx, server.Params{Config: cfg, DB: pool, Logger: logger, Instances: app.instances})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
+		return fmt.Errorf("server.listen: %w", err)
+	}
+	if err := srv.Start(ctx, ln); err != nil {
+		ln.Close()
+		return err
+	}
+	logger.Info(srv.Describe(ln.Addr().String()))
+	fmt.Fprintf(cmd.OutOrStdout(), "orbit listening on %s\n", ln.Addr())
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- srv.Wait() }()
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-waitErr:
+	}
+	logger.Info("orbit stopping")
+	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
+	defer cancel()
+	return errors.Join(serveErr, srv.Stop(stopCtx))
+}
