@@ -150,14 +150,11 @@ func runLatency(ctx context.Context, e *env, levels []loadLevel, dur time.Durati
 		}
 		if l.Direct {
 			offer = func(ctx context.Context, id string) error {
-				err := db.Tx(ctx, e.pool, func(tx *sql.Tx) error {
+				// The store announces the append after its commit.
+				return e.tasks.Store().Tx(ctx, func(tx *sql.Tx) error {
 					_, _, err := tasks.TaskCancel(ctx, tx, id, "bench")
 					return err
 				})
-				if err == nil {
-					e.tasks.Appended.Notify()
-				}
-				return err
 			}
 		}
 		sampler := e.startSampler(ctx, 20*time.Millisecond)

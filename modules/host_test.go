@@ -584,3 +584,24 @@ func TestRequire_GivesTheCapabilityOfARequiredModule(t *testing.T) {
 		t.Fatal("a module outside the run was returned")
 	}
 }
+
+func TestOffered_ListsEveryModuleOfTheRunThatOffers(t *testing.T) {
+	t.Parallel()
+	in := Instances{
+		"first":  offering{registrant{info: Info{ID: "first"}}},
+		"second": offering{registrant{info: Info{ID: "second", Requires: []string{"first"}}}},
+		"other":  registrant{info: Info{ID: "other"}},
+		"absent": offering{registrant{info: Info{ID: "absent"}}},
+	}
+	h, err := NewHost(in, []string{"second", "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Offered[offerer](&Env{host: h})
+	if len(got) != 2 || got[0].(offering).info.ID != "first" || got[1].(offering).info.ID != "second" {
+		t.Fatalf("Offered = %v, want first and second in start order", got)
+	}
+	if got := Offered[offerer](&Env{}); got != nil {
+		t.Fatalf("Offered without a host = %v", got)
+	}
+}

@@ -141,6 +141,26 @@ func Require[T any](env *Env, id string) (T, error) {
 	return t, nil
 }
 
+// Offered returns every module of the run that offers T, in start order:
+// capability discovery for a module that serves whoever offers T without
+// requiring them (the way the tasks module asks who holds result-log
+// events), where Require is for a module that needs one named module. T is
+// an interface the asking module declares. The modules returned may not be
+// provisioned yet when Offered is called from Provision: call their methods
+// from Start on.
+func Offered[T any](env *Env) []T {
+	if env.host == nil {
+		return nil
+	}
+	var out []T
+	for _, m := range env.host.order {
+		if t, ok := m.(T); ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 var (
 	registryMu sync.RWMutex
 	registry   = map[string]Info{}

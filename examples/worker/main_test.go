@@ -117,11 +117,11 @@ func TestRunCompletesTasksEndToEnd(t *testing.T) {
 
 	// Each task ends with one result-log event; the tasks module wakes us
 	// after every append.
-	appended := &srv.Instances["tasks"].(*tasks.Module).Appended
+	appended := srv.Instances["tasks"].(*tasks.Module)
 	deadline := time.NewTimer(30 * time.Second)
 	defer deadline.Stop()
 	for {
-		woken := appended.C()
+		woken := appended.Appended()
 		s, err := tasks.StreamGet(ctx, srv.DB, cred.QueueID)
 		if err != nil {
 			t.Fatal(err)

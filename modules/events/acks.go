@@ -2,7 +2,6 @@ package events
 
 import (
 	"context"
-	"database/sql"
 	"time"
 
 	"github.com/orbitrun/orbit/internal/batch"
@@ -30,12 +29,13 @@ const (
 // ackRequest is one event.ack waiting for its batch.
 type ackRequest = batch.Request[subscriptions.AckParams, subscriptions.AckOutcome]
 
-// newAckBatcher returns the node's ACK batcher; acked runs after a batch
-// that acknowledged at least one delivery, before its ACKs are answered.
-func newAckBatcher(pool *sql.DB, acked func()) *batch.Batcher[*ackRequest] {
+// newAckBatcher returns the node's ACK batcher, recording through deliveries;
+// acked runs after a batch that acknowledged at least one delivery, before
+// its ACKs are answered.
+func newAckBatcher(deliveries Deliveries, acked func()) *batch.Batcher[*ackRequest] {
 	return batch.New(ackFlushers, maxAckBatch, func(requests []*ackRequest) {
 		batch.Record(requests, ackTimeout, func(ctx context.Context, params []*subscriptions.AckParams) ([]subscriptions.AckOutcome, error) {
-			outcomes, err := subscriptions.AckBatch(ctx, pool, params)
+			outcomes, err := deliveries.AckBatch(ctx, params)
 			for _, o := range outcomes {
 				if o.Err == nil && !o.Result.Deduplicated {
 					acked()

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/orbitrun/orbit/modules/events"
-	"github.com/orbitrun/orbit/modules/subscriptions"
 )
 
 // TestE15_ClaimFailureIsUnavailableAndCloses: the first claim that fails on
@@ -22,7 +21,9 @@ func TestE15_ClaimFailureIsUnavailableAndCloses(t *testing.T) {
 
 	// Without the sessions table, the claim's transaction fails.
 	e.srv.RenameTable(t, "event_sessions", "event_sessions_away")
-	e.srv.Instances["subscriptions"].(*subscriptions.Module).Claimable.Notify()
+	// A result is materialised, and the subscriptions module signals the
+	// delivery claimable: the connection claims once.
+	e.result(t, e.cred)
 	f := c.NextType(typeError)
 	wantError(t, f, "UNAVAILABLE")
 	if f.ReplyTo != "" || f.SessionID != c.session {

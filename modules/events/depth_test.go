@@ -51,7 +51,6 @@ func (e *env) succeedWith(t *testing.T, cred servertest.Credential, result strin
 	}); err != nil {
 		t.Fatal(err)
 	}
-	m.Appended.Notify()
 	return a.Task.ID
 }
 

@@ -22,7 +22,6 @@ import (
 	"github.com/orbitrun/orbit/internal/wsx"
 	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/subscriptions"
-	"github.com/orbitrun/orbit/modules/tasks"
 )
 
 func init() { modules.Register(&Module{}) }
@@ -82,11 +81,32 @@ type Config struct {
 	PollInterval time.Duration `yaml:"poll_interval"`
 }
 
+// Deliveries is what the events module needs of the subscriptions module:
+// the delivery state machine that event connections drive, and its signal.
+// It is declared here, by the module that needs it; the subscriptions
+// module offers it (modules.Require). See the subscriptions package for each
+// method's contract.
+type Deliveries interface {
+	EventSessionOpen(ctx context.Context, p *subscriptions.EventSessionOpenParams) (string, error)
+	EventSessionClose(ctx context.Context, sessionID string) error
+	SubscriptionGet(ctx context.Context, id string) (*subscriptions.Subscription, error)
+	// Materialize materialises one batch of the subscription's log.
+	Materialize(ctx context.Context, subscriptionID string) (created int, more bool, err error)
+	Claim(ctx context.Context, p *subscriptions.ClaimParams) ([]subscriptions.Lease, error)
+	AckBatch(ctx context.Context, acks []*subscriptions.AckParams) ([]subscriptions.AckOutcome, error)
+	DeliveryUnsent(ctx context.Context, l *subscriptions.Lease, delay time.Duration) (bool, error)
+	// Claimable returns a channel closed when deliveries may have become
+	// claimable on this node.
+	Claimable() <-chan struct{}
+	// MaterializeSoon wakes the background materialiser, after ACKs made
+	// room in backlogs that were full.
+	MaterializeSoon()
+}
+
 // Module is the events module.
 type Module struct {
 	cfg    Config
-	subs   *subscriptions.Module
-	tasks  *tasks.Module
+	subs   Deliveries
 	auth   *auth.Authenticator
 	entry  *wsx.Entry
 	pool   *ClaimPool
@@ -100,7 +120,7 @@ type Module struct {
 func (*Module) OrbitModule() modules.Info {
 	return modules.Info{
 		ID:       "events",
-		Requires: []string{"admin", "tasks", "subscriptions"},
+		Requires: []string{"admin", "subscriptions"},
 		Roles:    []string{"server"},
 		New: func() modules.Module {
 			return &Module{cfg: Config{
@@ -141,21 +161,17 @@ func (m *Module) Validate() error {
 	return p.Err()
 }
 
-// Provision connects the module to the subscriptions and tasks modules and
-// builds the entry and the claim pool.
+// Provision connects the module to the subscriptions module's deliveries
+// and builds the entry and the claim pool.
 func (m *Module) Provision(_ context.Context, env *modules.Env) error {
-	s, ok := env.Module("subscriptions").(*subscriptions.Module)
-	if !ok {
-		return fmt.Errorf("events: the subscriptions module is not running")
+	s, err := modules.Require[Deliveries](env, "subscriptions")
+	if err != nil {
+		return fmt.Errorf("events: %w", err)
 	}
-	t, ok := env.Module("tasks").(*tasks.Module)
-	if !ok {
-		return fmt.Errorf("events: the tasks module is not running")
-	}
-	m.subs, m.tasks = s, t
+	m.subs = s
 	m.auth = auth.NewAuthenticator(env.DB)
 	m.logger = env.Logger.With("module", "events")
-	m.acks = newAckBatcher(env.DB, s.MaterializeSoon)
+	m.acks = newAckBatcher(s, s.MaterializeSoon)
 	m.pool = NewClaimPool(m.cfg.ClaimsInFlight, m.cfg.ClaimsPerApp, m.cfg.ClaimsQueued, m.cfg.ClaimsPerRound)
 	entry, err := wsx.NewEntry(wsx.Config{
 		Subprotocol:   Subprotocol,
@@ -210,4 +226,6 @@ var (
 	_ modules.Provisioner = (*Module)(nil)
 	_ modules.Router      = (*Module)(nil)
 	_ modules.Stopper     = (*Module)(nil)
+
+	_ Deliveries = (*subscriptions.Module)(nil)
 )

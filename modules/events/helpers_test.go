@@ -468,35 +468,34 @@ func (e *env) result(t testing.TB, cred servertest.Credential) string {
 }
 
 // results produces n task.cancelled on cred's queue through the tasks
-// store, in transactions of up to 200 tasks, and wakes the materialiser.
+// store, in transactions of up to 200 tasks; the store wakes the
+// materialiser after each commit.
 func (e *env) results(t testing.TB, cred servertest.Credential, n int) {
 	t.Helper()
 	ctx := context.Background()
+	store := e.srv.Instances["tasks"].(*tasks.Module).Store()
 	for done := 0; done < n; {
 		batch := min(200, n-done)
-		tx, err := e.srv.DB.BeginTx(ctx, nil)
+		err := store.Tx(ctx, func(tx *sql.Tx) error {
+			for range batch {
+				task, err := tasks.TaskInsert(ctx, tx, &tasks.TaskInsertParams{
+					NamespaceID: cred.NamespaceID, QueueID: cred.QueueID, CredentialID: cred.CredentialID,
+					Input: []byte(`{}`), MaxAttempts: 1,
+				})
+				if err != nil {
+					return err
+				}
+				if _, _, err := tasks.TaskCancel(ctx, tx, task.ID, ""); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 		if err != nil {
-			t.Fatal(err)
-		}
-		for range batch {
-			task, err := tasks.TaskInsert(ctx, tx, &tasks.TaskInsertParams{
-				NamespaceID: cred.NamespaceID, QueueID: cred.QueueID, CredentialID: cred.CredentialID,
-				Input: []byte(`{}`), MaxAttempts: 1,
-			})
-			if err == nil {
-				_, _, err = tasks.TaskCancel(ctx, tx, task.ID, "")
-			}
-			if err != nil {
-				tx.Rollback()
-				t.Fatal(err)
-			}
-		}
-		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
 		done += batch
 	}
-	e.srv.Instances["tasks"].(*tasks.Module).Appended.Notify()
 }
 
 // deliveryRow is a row of event_deliveries.

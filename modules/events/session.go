@@ -148,7 +148,7 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) *session {
 	// away: a cancelled INSERT may still commit, and a session nobody
 	// knows of would stay open for ever.
 	openCtx, cancel := context.WithTimeout(context.WithoutCancel(c.Context()), sessionCleanupTimeout)
-	id, err := subscriptions.EventSessionOpen(openCtx, m.subs.DB(), &subscriptions.EventSessionOpenParams{
+	id, err := m.subs.EventSessionOpen(openCtx, &subscriptions.EventSessionOpenParams{
 		SubscriptionID: sub.ID, CredentialID: c.Principal().CredentialID, Capacity: *body.Capacity,
 	})
 	cancel()
@@ -186,7 +186,7 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) *session {
 func (m *Module) closeSession(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), sessionCleanupTimeout)
 	defer cancel()
-	if err := subscriptions.EventSessionClose(ctx, m.subs.DB(), id); err != nil {
+	if err := m.subs.EventSessionClose(ctx, id); err != nil {
 		m.logger.Warn("close event session", "session_id", id, "err", err)
 	}
 }
@@ -194,7 +194,7 @@ func (m *Module) closeSession(id string) {
 // ownedSubscription returns the subscription if p owns it and holds a grant
 // on its queue; otherwise NOT_FOUND, whether or not it exists (S-1, E-2).
 func (m *Module) ownedSubscription(ctx context.Context, p *auth.Principal, id string) (*subscriptions.Subscription, error) {
-	sub, err := subscriptions.SubscriptionGet(ctx, m.subs.DB(), id)
+	sub, err := m.subs.SubscriptionGet(ctx, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, auth.ErrNotFound("subscription")
 	}
@@ -400,7 +400,7 @@ func (s *session) dispatch() {
 			}
 		default:
 		}
-		claimable := s.m.subs.Claimable.C()
+		claimable := s.m.subs.Claimable()
 		leases, err := s.claim(ctx, app, materialize)
 		switch {
 		case err == nil, errors.Is(err, ErrClaimPoolFull), ctx.Err() != nil:
@@ -487,7 +487,7 @@ func (s *session) deliveryUnsent(l *subscriptions.Lease, cause error) {
 		"session_id", s.id, "delivery_id", l.Delivery.ID, "event_id", l.Event.ID, "err", cause)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.c.Context()), sessionCleanupTimeout)
 	defer cancel()
-	if _, err := subscriptions.DeliveryUnsent(ctx, s.m.subs.DB(), l, unsentDelay); err != nil {
+	if _, err := s.m.subs.DeliveryUnsent(ctx, l, unsentDelay); err != nil {
 		s.c.Logger().Warn("give back unsent delivery; it expires instead", "session_id", s.id, "delivery_id", l.Delivery.ID, "err", err)
 		return
 	}
@@ -507,13 +507,12 @@ func (s *session) claim(ctx context.Context, app string, materialize bool) ([]su
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
-	pool := s.m.subs.DB()
 	if materialize {
-		if _, _, err := subscriptions.Materialize(ctx, pool, s.subscription.ID, s.m.subs.Settings().MaterializeBatch); err != nil {
+		if _, _, err := s.m.subs.Materialize(ctx, s.subscription.ID); err != nil {
 			return nil, err
 		}
 	}
-	return subscriptions.Claim(ctx, pool, &subscriptions.ClaimParams{
+	return s.m.subs.Claim(ctx, &subscriptions.ClaimParams{
 		SessionID: s.id, Grant: s.grant(), LeaseDuration: s.m.cfg.LeaseDuration, RecoverBatch: claimRecoverBatch,
 	})
 }

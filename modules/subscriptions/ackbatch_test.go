@@ -19,14 +19,14 @@ func leased(t *testing.T, f *fixture, name string, n int) (*Subscription, string
 	t.Helper()
 	ctx := context.Background()
 	s := f.create(t, name, nil, zero(), 100)
-	if created, _, err := Materialize(ctx, f.db, s.ID, 100); err != nil || created != n {
+	if created, _, err := Materialize(ctx, f.db, f.log, s.ID, 100); err != nil || created != n {
 		t.Fatalf("materialize: %d deliveries, %v; want %d", created, err, n)
 	}
 	session, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: n})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leases, err := Claim(ctx, f.db, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
+	leases, err := Claim(ctx, f.db, f.log, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
 	if err != nil || len(leases) != n {
 		t.Fatalf("claim: %d leases, %v; want %d", len(leases), err, n)
 	}
@@ -97,7 +97,7 @@ func TestAckBatch_RefusedProofDoesNotStopTheOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if re, err := Claim(ctx, f.db, &ClaimParams{Grant: f.grant, SessionID: other, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(re) != 1 || re[0].Delivery.LeaseEpoch != 2 {
+	if re, err := Claim(ctx, f.db, f.log, &ClaimParams{Grant: f.grant, SessionID: other, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(re) != 1 || re[0].Delivery.LeaseEpoch != 2 {
 		t.Fatalf("re-lease: %+v %v; want the expired delivery at epoch 2", re, err)
 	}
 	valid := proof(f, s, session, leases[0])
@@ -199,7 +199,7 @@ func TestAckBatch_GrantIsCheckedInTheBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := Claim(ctx, f.db, &ClaimParams{Grant: f.grant, SessionID: other, LeaseDuration: time.Minute, RecoverBatch: 10}); !auth.IsGrantError(err) || len(got) != 0 {
+	if got, err := Claim(ctx, f.db, f.log, &ClaimParams{Grant: f.grant, SessionID: other, LeaseDuration: time.Minute, RecoverBatch: 10}); !auth.IsGrantError(err) || len(got) != 0 {
 		t.Fatalf("claim after revocation: %d leases, %v; want UNAUTHENTICATED", len(got), err)
 	}
 }

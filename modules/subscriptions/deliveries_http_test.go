@@ -565,7 +565,7 @@ func recoveryStates(t *testing.T, e *env, bySweeper bool) []subscriptions.Delive
 					t.Fatalf("the sweeper did not recover the lease within %v", waitBound)
 				}
 				select {
-				case <-e.mod.Claimable.C():
+				case <-e.mod.Claimable():
 				case <-time.After(10 * time.Millisecond):
 				}
 			}
@@ -620,7 +620,7 @@ func TestS22_SweeperRecoversPausedSubscriptionsToo(t *testing.T) {
 			t.Fatalf("the sweeper did not recover the lease within %v", waitBound)
 		}
 		select {
-		case <-e.mod.Claimable.C():
+		case <-e.mod.Claimable():
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

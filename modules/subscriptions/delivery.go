@@ -178,7 +178,7 @@ type ClaimParams struct {
 // returns, so the caller sends event.deliver only for persisted leases. A
 // paused subscription, or a closed session, gets nothing. A grant that no
 // longer holds is the error of auth.CheckGrants, and nothing is leased.
-func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
+func Claim(ctx context.Context, pool *sql.DB, log Log, p *ClaimParams) ([]Lease, error) {
 	var out []Lease
 	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
 		out = nil
@@ -274,7 +274,7 @@ func Claim(ctx context.Context, pool *sql.DB, p *ClaimParams) ([]Lease, error) {
 			WHERE id IN (`+db.Placeholders(len(picked))+`)`, args...); err != nil {
 			return err
 		}
-		events, err := tasks.EventsBySequence(ctx, tx, queueID, sequences)
+		events, err := log.EventsBySequence(ctx, tx, queueID, sequences)
 		if err != nil {
 			return err
 		}

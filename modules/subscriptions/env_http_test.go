@@ -59,8 +59,8 @@ var deliveryMembers = []string{
 var allTypes = []string{tasks.EventCancelled, tasks.EventFailed, tasks.EventNeedsReview, tasks.EventSucceeded}
 
 // env is a real server on a fresh database. Its materialiser also polls
-// every 50 ms, because results completed through the tasks store do not
-// wake it; its lease sweeper runs only when a test asks for it.
+// every 50 ms, for results written straight into the log; its lease
+// sweeper runs only when a test asks for it.
 type env struct {
 	srv   *servertest.Server
 	mod   *subscriptions.Module
@@ -189,7 +189,7 @@ func (e *env) waitSubscription(t *testing.T, c servertest.Credential, id, what s
 	t.Helper()
 	deadline := time.Now().Add(waitBound)
 	for {
-		woken := e.mod.Claimable.C()
+		woken := e.mod.Claimable()
 		s := e.subscription(t, c, id)
 		if cond(s) {
 			return s
@@ -351,7 +351,7 @@ func (e *env) grant(t *testing.T, session string) auth.Grant {
 // claim leases what a session may take, for a minute.
 func (e *env) claim(t *testing.T, session string) []subscriptions.Lease {
 	t.Helper()
-	leases, err := subscriptions.Claim(context.Background(), e.srv.DB, &subscriptions.ClaimParams{
+	leases, err := subscriptions.Claim(context.Background(), e.srv.DB, e.tasks, &subscriptions.ClaimParams{
 		SessionID: session, Grant: e.grant(t, session), LeaseDuration: time.Minute, RecoverBatch: 100,
 	})
 	if err != nil {
@@ -385,7 +385,7 @@ func (e *env) claimNext(t *testing.T, session string) subscriptions.Lease {
 			t.Fatalf("claimed nothing within %v, want one delivery", waitBound)
 		}
 		select {
-		case <-e.mod.Claimable.C():
+		case <-e.mod.Claimable():
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

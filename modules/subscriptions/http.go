@@ -61,7 +61,7 @@ func (m *Module) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	idem.Handle(w, r, m.db, p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-		s, err := SubscriptionCreate(ctx, tx, params)
+		s, err := SubscriptionCreate(ctx, tx, m.log, params)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -311,7 +311,7 @@ func (m *Module) getDelivery(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	ev, err := tasks.EventGet(r.Context(), m.db, s.QueueID, d.EventID)
+	ev, err := m.log.EventGet(r.Context(), m.db, s.QueueID, d.EventID)
 	if errors.Is(err, sql.ErrNoRows) {
 		// Retention purges the events of acknowledged deliveries.
 		err = httpx.Errorf(httpx.CodeEventHistoryExpired, "the event of this delivery was purged by retention")
@@ -377,5 +377,5 @@ func (m *Module) retry(w http.ResponseWriter, r *http.Request) {
 		}
 		return http.StatusOK, deliveryReceipt{Delivery: after.View()}, nil
 	})
-	m.Claimable.Notify()
+	m.claimable.Notify()
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
-	"github.com/orbitrun/orbit/modules/tasks"
 )
 
 // ErrHistoryExpired is returned when a subscription's cursor has fallen
@@ -29,7 +28,7 @@ const DefaultMaterializeBatch = 500
 // backlog stops the scan before the event that did not fit; nothing is ever
 // skipped. A paused subscription is left as it is. It returns the number of
 // deliveries created and whether the log may hold more to scan.
-func Materialize(ctx context.Context, pool *sql.DB, subscriptionID string, batch int) (created int, more bool, err error) {
+func Materialize(ctx context.Context, pool *sql.DB, log Log, subscriptionID string, batch int) (created int, more bool, err error) {
 	err = db.Tx(ctx, pool, func(tx *sql.Tx) error {
 		created, more = 0, false
 		s, err := subscriptionLock(ctx, tx, subscriptionID)
@@ -39,7 +38,7 @@ func Materialize(ctx context.Context, pool *sql.DB, subscriptionID string, batch
 		if !s.Enabled {
 			return nil
 		}
-		stream, err := tasks.StreamGet(ctx, tx, s.QueueID)
+		stream, err := log.StreamGet(ctx, tx, s.QueueID)
 		if err != nil {
 			return err
 		}
@@ -53,26 +52,8 @@ func Materialize(ctx context.Context, pool *sql.DB, subscriptionID string, batch
 		if room <= 0 {
 			return nil
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT sequence, id, type FROM result_events
-			WHERE queue_id = ? AND sequence > ? ORDER BY sequence LIMIT ?`, s.QueueID, s.CursorSequence, batch)
+		events, err := log.EventScan(ctx, tx, s.QueueID, s.CursorSequence, batch)
 		if err != nil {
-			return err
-		}
-		type scanned struct {
-			seq     uint64
-			id, typ string
-		}
-		var events []scanned
-		for rows.Next() {
-			var e scanned
-			if err := rows.Scan(&e.seq, &e.id, &e.typ); err != nil {
-				rows.Close()
-				return err
-			}
-			events = append(events, e)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		cursor := s.CursorSequence
@@ -82,19 +63,19 @@ func Materialize(ctx context.Context, pool *sql.DB, subscriptionID string, batch
 			args   []any
 		)
 		for _, e := range events {
-			if e.seq != cursor+1 {
+			if e.Sequence != cursor+1 {
 				// Retention purged what the cursor had not reached.
 				return ErrHistoryExpired
 			}
-			if s.wants(e.typ) {
+			if s.wants(e.Type) {
 				if room == 0 {
 					break
 				}
 				room--
 				values = append(values, "(?, ?, ?, ?, ?, 1, 'PENDING', ?, ?, 0, 0, ?)")
-				args = append(args, db.NewID(), s.ID, s.QueueID, e.id, e.seq, now, now, s.MaxAttempts)
+				args = append(args, db.NewID(), s.ID, s.QueueID, e.ID, e.Sequence, now, now, s.MaxAttempts)
 			}
-			cursor = e.seq
+			cursor = e.Sequence
 		}
 		if len(values) > 0 {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO event_deliveries
@@ -125,16 +106,15 @@ func Materialize(ctx context.Context, pool *sql.DB, subscriptionID string, batch
 // queue's head, each until it is caught up or its backlog is full. It is
 // what the background materialiser runs; errors of single subscriptions are
 // passed to onError and do not stop the others.
-func MaterializeAll(ctx context.Context, pool *sql.DB, batch int, onError func(subscriptionID string, err error)) (int, error) {
-	ids, err := db.QueryStrings(ctx, pool, `SELECT s.id FROM subscriptions s JOIN queue_streams q ON q.queue_id = s.queue_id
-		WHERE s.enabled = 1 AND s.cursor_sequence < q.head_sequence`)
+func MaterializeAll(ctx context.Context, pool *sql.DB, log Log, batch int, onError func(subscriptionID string, err error)) (int, error) {
+	ids, err := behind(ctx, pool, log)
 	if err != nil {
 		return 0, fmt.Errorf("subscriptions: find behind: %w", err)
 	}
 	total := 0
 	for _, id := range ids {
 		for ctx.Err() == nil {
-			n, more, err := Materialize(ctx, pool, id, batch)
+			n, more, err := Materialize(ctx, pool, log, id, batch)
 			total += n
 			if err != nil {
 				onError(id, err)
@@ -148,7 +128,64 @@ func MaterializeAll(ctx context.Context, pool *sql.DB, batch int, onError func(s
 	return total, ctx.Err()
 }
 
-// RetentionGuard keeps events with a live delivery (PENDING, LEASED or
-// EXPIRED) from being purged (T-11).
-const RetentionGuard tasks.LiveDeliveryGuard = `EXISTS (SELECT 1 FROM event_deliveries d
-	WHERE d.queue_id = e.queue_id AND d.sequence = e.sequence AND d.state IN ('PENDING', 'LEASED', 'EXPIRED'))`
+// behind returns the enabled subscriptions whose cursor is below their
+// queue's committed head.
+func behind(ctx context.Context, pool *sql.DB, log Log) ([]string, error) {
+	rows, err := pool.QueryContext(ctx, `SELECT id, queue_id, cursor_sequence FROM subscriptions WHERE enabled = 1`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	type cursor struct {
+		id, queueID string
+		seq         uint64
+	}
+	var (
+		cursors []cursor
+		queues  []string
+		seen    = map[string]bool{}
+	)
+	for rows.Next() {
+		var c cursor
+		if err := rows.Scan(&c.id, &c.queueID, &c.seq); err != nil {
+			return nil, err
+		}
+		cursors = append(cursors, c)
+		if !seen[c.queueID] {
+			seen[c.queueID] = true
+			queues = append(queues, c.queueID)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	heads, err := log.StreamHeads(ctx, pool, queues)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, c := range cursors {
+		if c.seq < heads[c.queueID] {
+			ids = append(ids, c.id)
+		}
+	}
+	return ids, nil
+}
+
+// RetentionHeld returns the lowest sequence in [from, to) of a queue's log
+// whose event has a live delivery (PENDING, LEASED or EXPIRED), or to when
+// none has: those events survive retention (T-11). It runs in the purge's
+// transaction q and reads the retention index only.
+func RetentionHeld(ctx context.Context, q Querier, queueID string, from, to uint64) (uint64, error) {
+	var held sql.NullInt64
+	err := q.QueryRowContext(ctx, `SELECT MIN(sequence) FROM event_deliveries
+		WHERE queue_id = ? AND sequence >= ? AND sequence < ? AND state IN ('PENDING', 'LEASED', 'EXPIRED')`,
+		queueID, from, to).Scan(&held)
+	if err != nil {
+		return 0, fmt.Errorf("subscriptions: retention hold: %w", err)
+	}
+	if !held.Valid {
+		return to, nil
+	}
+	return uint64(held.Int64), nil
+}

@@ -18,7 +18,9 @@ import (
 func TestMain(m *testing.M) { testdb.Main(m) }
 
 type fixture struct {
-	db    *sql.DB
+	db *sql.DB
+	// log is the tasks store's result log, as the tasks module offers it.
+	log   Log
 	scope admin.Scope
 	// grant is a real credential's consume grant on the queue, which
 	// claims and ACKs check.
@@ -42,7 +44,7 @@ func setup(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	grant := auth.Grant{CredentialID: cred.ID, Permission: auth.PermEventsConsume, QueueID: sc.QueueID, What: "subscription"}
-	return &fixture{db: pool, scope: sc, grant: grant}
+	return &fixture{db: pool, log: tasks.NewStore(pool, time.Second, time.Minute), scope: sc, grant: grant}
 }
 
 // appendEvents writes n events straight into the queue's log, cycling
@@ -86,7 +88,7 @@ func (f *fixture) create(t *testing.T, name string, types []string, from *uint64
 	var s *Subscription
 	err := db.Tx(context.Background(), f.db, func(tx *sql.Tx) error {
 		var err error
-		s, err = SubscriptionCreate(context.Background(), tx, &SubscriptionCreateParams{
+		s, err = SubscriptionCreate(context.Background(), tx, f.log, &SubscriptionCreateParams{
 			NamespaceID: f.scope.NamespaceID, QueueID: f.scope.QueueID, CredentialID: f.grant.CredentialID, Name: name,
 			Types: types, FromSequence: from, MaxPending: maxPending, MaxAttempts: 3,
 		})
@@ -118,7 +120,7 @@ func TestS23_ConcurrentMaterializersCreateEachDeliveryOnceAndStopAtMaxPending(t 
 			go func() {
 				defer wg.Done()
 				for {
-					_, more, err := Materialize(context.Background(), f.db, id, 137)
+					_, more, err := Materialize(context.Background(), f.db, f.log, id, 137)
 					if err != nil {
 						errs <- err
 						return
@@ -175,7 +177,7 @@ func TestS4a_FromSequenceSetsTheCursor(t *testing.T) {
 	}
 	after := uint64(13)
 	err := db.Tx(context.Background(), f.db, func(tx *sql.Tx) error {
-		_, err := SubscriptionCreate(context.Background(), tx, &SubscriptionCreateParams{
+		_, err := SubscriptionCreate(context.Background(), tx, f.log, &SubscriptionCreateParams{
 			NamespaceID: f.scope.NamespaceID, QueueID: f.scope.QueueID, CredentialID: f.grant.CredentialID, Name: "late",
 			Types: tasks.ResultTypes, FromSequence: &after, MaxPending: 100, MaxAttempts: 3,
 		})
@@ -196,14 +198,14 @@ func TestE8_ClaimRecoverAckStateMachine(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if n, _, err := Materialize(ctx, f.db, s.ID, 100); err != nil || n != 3 {
+	if n, _, err := Materialize(ctx, f.db, f.log, s.ID, 100); err != nil || n != 3 {
 		t.Fatalf("materialize: %d %v", n, err)
 	}
 	session, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leases, err := Claim(ctx, f.db, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
+	leases, err := Claim(ctx, f.db, f.log, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
 	if err != nil || len(leases) != 2 {
 		t.Fatalf("claim: %d leases, %v; want capacity 2", len(leases), err)
 	}
@@ -211,7 +213,7 @@ func TestE8_ClaimRecoverAckStateMachine(t *testing.T) {
 	if first.Delivery.LeaseEpoch != 1 || first.Delivery.Attempts != 1 || first.Delivery.State != StateLeased || first.Event.ID != first.Delivery.EventID {
 		t.Fatalf("lease: %+v", first.Delivery)
 	}
-	if more, err := Claim(ctx, f.db, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(more) != 0 {
+	if more, err := Claim(ctx, f.db, f.log, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(more) != 0 {
 		t.Fatalf("a full session claimed %d more (%v)", len(more), err)
 	}
 	ack := &AckParams{Grant: f.grant, SubscriptionID: s.ID, DeliveryID: first.Delivery.ID, Epoch: 1, Secret: first.Secret, SessionID: session}

@@ -70,7 +70,7 @@ type SubscriptionCreateParams struct {
 // SubscriptionCreate stores a new subscription in tx (S-4 … S-11). The
 // namespace row is locked so that the 64-per-namespace limit and the name's
 // uniqueness hold under concurrent creates.
-func SubscriptionCreate(ctx context.Context, tx *sql.Tx, p *SubscriptionCreateParams) (*Subscription, error) {
+func SubscriptionCreate(ctx context.Context, tx *sql.Tx, log Log, p *SubscriptionCreateParams) (*Subscription, error) {
 	var nsID string
 	if err := tx.QueryRowContext(ctx, `SELECT id FROM namespaces WHERE id = ? FOR UPDATE`, p.NamespaceID).Scan(&nsID); err != nil {
 		return nil, fmt.Errorf("subscriptions: lock namespace: %w", err)
@@ -90,7 +90,7 @@ func SubscriptionCreate(ctx context.Context, tx *sql.Tx, p *SubscriptionCreatePa
 	if err != nil {
 		return nil, err
 	}
-	stream, err := tasks.StreamGet(ctx, tx, p.QueueID)
+	stream, err := log.StreamGet(ctx, tx, p.QueueID)
 	if err != nil {
 		return nil, err
 	}

@@ -47,20 +47,38 @@ type Config struct {
 	RecoverBatch int `yaml:"recover_batch"`
 }
 
+// Log is what the subscriptions module needs of the tasks module: reads of
+// a queue's result log and its "appended" signal. It is declared here, by
+// the module that needs it, and the tasks module offers it (modules.Require):
+// tasks does not know its readers. The methods taking a Querier run in the
+// caller's transaction when given one, so that a materialisation or a claim
+// reads the log and writes deliveries in one transaction. See tasks.Store
+// for each method's contract.
+type Log interface {
+	StreamGet(ctx context.Context, q tasks.Querier, queueID string) (tasks.Stream, error)
+	StreamHeads(ctx context.Context, q tasks.Querier, queueIDs []string) (map[string]uint64, error)
+	EventScan(ctx context.Context, q tasks.Querier, queueID string, after uint64, limit int) ([]tasks.EventRef, error)
+	EventsBySequence(ctx context.Context, q tasks.Querier, queueID string, sequences []uint64) (map[uint64]tasks.Event, error)
+	EventGet(ctx context.Context, q tasks.Querier, queueID, eventID string) (tasks.Event, error)
+	// Appended returns a channel closed after the next commit on this node
+	// that appends to a result log.
+	Appended() <-chan struct{}
+}
+
 // Module is the subscriptions module.
 type Module struct {
 	cfg    Config
 	db     *sql.DB
 	auth   *auth.Authenticator
-	tasks  *tasks.Module
+	log    Log
 	logger *slog.Logger
 
 	// wake asks the background materialiser to run now.
 	wake wake.Broadcast
-	// Claimable is notified when deliveries may have become claimable on
+	// claimable is notified when deliveries may have become claimable on
 	// this node (materialised, recovered or retried), so event connections
 	// claim without waiting for a poll.
-	Claimable wake.Broadcast
+	claimable wake.Broadcast
 
 	loops bg.Group
 }
@@ -93,30 +111,20 @@ func (m *Module) Validate() error {
 	return p.Err()
 }
 
-// Provision connects the module to the tasks module and protects events
-// with live deliveries from retention.
+// Provision connects the module to the tasks module's result log. Events
+// with live deliveries are kept from retention through RetentionHeld,
+// which the tasks module finds by itself.
 func (m *Module) Provision(_ context.Context, env *modules.Env) error {
-	t, ok := env.Module("tasks").(*tasks.Module)
-	if !ok {
-		return fmt.Errorf("subscriptions: the tasks module is not running")
+	log, err := modules.Require[Log](env, "tasks")
+	if err != nil {
+		return fmt.Errorf("subscriptions: %w", err)
 	}
-	m.tasks = t
-	t.Guard = RetentionGuard
+	m.log = log
 	m.db = env.DB
 	m.auth = auth.NewAuthenticator(env.DB)
 	m.logger = env.Logger.With("module", "subscriptions")
 	return nil
 }
-
-// DB returns the platform database, for the events module.
-func (m *Module) DB() *sql.DB { return m.db }
-
-// MaterializeSoon wakes the background materialiser, for instance after
-// ACKs made room in backlogs that were full.
-func (m *Module) MaterializeSoon() { m.wake.Notify() }
-
-// Settings returns the module's configuration.
-func (m *Module) Settings() Config { return m.cfg }
 
 // Routes mounts the management endpoints.
 func (m *Module) Routes(r *mux.Router) { m.routes(r) }
@@ -143,8 +151,8 @@ func (m *Module) materializeLoop(ctx context.Context) {
 	ticker := time.NewTicker(m.cfg.MaterializeInterval)
 	defer ticker.Stop()
 	for ctx.Err() == nil {
-		appended, woken := m.tasks.Appended.C(), m.wake.C()
-		n, err := MaterializeAll(ctx, m.db, m.cfg.MaterializeBatch, func(id string, err error) {
+		appended, woken := m.log.Appended(), m.wake.C()
+		n, err := MaterializeAll(ctx, m.db, m.log, m.cfg.MaterializeBatch, func(id string, err error) {
 			if err != ErrHistoryExpired {
 				m.logger.Warn("materialize", "subscription_id", id, "err", err)
 			}
@@ -153,7 +161,7 @@ func (m *Module) materializeLoop(ctx context.Context) {
 			m.logger.Warn("materialize", "err", err)
 		}
 		if n > 0 {
-			m.Claimable.Notify()
+			m.claimable.Notify()
 		}
 		select {
 		case <-ctx.Done():
@@ -176,7 +184,7 @@ func (m *Module) recoverExpired(ctx context.Context) {
 			return
 		}
 		if n > 0 {
-			m.Claimable.Notify()
+			m.claimable.Notify()
 		}
 		if n < m.cfg.RecoverBatch {
 			return
@@ -191,4 +199,7 @@ var (
 	_ modules.Router      = (*Module)(nil)
 	_ modules.Starter     = (*Module)(nil)
 	_ modules.Stopper     = (*Module)(nil)
+
+	_ Log                 = (*tasks.Module)(nil)
+	_ tasks.RetentionHold = (*Module)(nil)
 )

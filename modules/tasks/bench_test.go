@@ -133,7 +133,7 @@ func benchWaitHead(b *testing.B, m *tasks.Module, pool *sql.DB, queueID string, 
 	deadline := time.NewTimer(benchWaitTimeout)
 	defer deadline.Stop()
 	for {
-		woken := m.Appended.C()
+		woken := m.Appended()
 		s, err := tasks.StreamGet(context.Background(), pool, queueID)
 		if err != nil {
 			b.Fatal(err)

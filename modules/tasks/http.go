@@ -94,7 +94,7 @@ func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 		return http.StatusCreated, taskReceipt{Task: t.View(false)}, nil
 	})
 	// Handle returns after the commit: wake the workers of this node now.
-	m.Submitted.Notify()
+	m.store.submitted.Notify()
 }
 
 // loadVisible returns the task named in the path if the caller's grants
@@ -214,8 +214,10 @@ func (m *Module) cancel(w http.ResponseWriter, r *http.Request) {
 		}
 		return http.StatusOK, taskReceipt{Task: after.View(false)}, nil
 	})
-	m.Appended.Notify()
-	m.CancelRequested.Notify()
+	// Handle returns after the commit: a PENDING task was cancelled (an
+	// append) or a RUNNING one got its cancel request.
+	m.store.appended.Notify()
+	m.store.cancelRequested.Notify()
 }
 
 type reviewRequest struct {
@@ -281,8 +283,10 @@ func (m *Module) review(w http.ResponseWriter, r *http.Request) {
 		}
 		return http.StatusOK, taskReceipt{Task: after.View(false)}, nil
 	})
-	m.Appended.Notify()
-	m.Submitted.Notify()
+	// Handle returns after the commit: the review appended a result or
+	// made the task PENDING again.
+	m.store.appended.Notify()
+	m.store.submitted.Notify()
 }
 
 func audit(ctx context.Context, tx *sql.Tx, p *auth.Principal, action, subjectID, reason string) error {

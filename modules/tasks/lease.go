@@ -366,6 +366,11 @@ func (s *Store) CompleteBatch(ctx context.Context, completions []*CompleteParams
 	if err != nil {
 		return nil, err
 	}
+	events := make([]*Event, len(outcomes))
+	for i, o := range outcomes {
+		events[i] = o.Event
+	}
+	s.announce(events...)
 	return outcomes, nil
 }
 
@@ -474,7 +479,11 @@ func (s *Store) release(ctx context.Context, p *Proof, note, reason string, dela
 			note, db.Now(), p.AttemptID)
 		return err
 	})
-	return event, err
+	if err != nil {
+		return nil, err
+	}
+	s.announce(event)
+	return event, nil
 }
 
 // renewQuery extends a session's running leases. Left to itself the
@@ -508,9 +517,9 @@ func (s *Store) Renew(ctx context.Context, sessionID string, leaseDuration time.
 	return int(n), nil
 }
 
-// CancelRequested returns the attempts of a session whose tasks have a
+// CancelRequestList returns the attempts of a session whose tasks have a
 // pending cancel request, so the worker can be told (task.cancel).
-func (s *Store) CancelRequested(ctx context.Context, sessionID string) ([]Proof, error) {
+func (s *Store) CancelRequestList(ctx context.Context, sessionID string) ([]Proof, error) {
 	rows, err := s.db.QueryContext(ctx, `
 		SELECT a.task_id, a.id FROM task_attempts a JOIN tasks t ON t.id = a.task_id AND t.current_attempt_id = a.id
 		WHERE a.session_id = ? AND a.state = 'RUNNING' AND t.cancel_requested = 1`, sessionID)
@@ -596,6 +605,11 @@ func (s *Store) ExpireLeases(ctx context.Context, batch int) ([]Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tasks: expire leases: %w", err)
 	}
+	announced := make([]*Event, len(events))
+	for i := range events {
+		announced[i] = &events[i]
+	}
+	s.announce(announced...)
 	return events, nil
 }
 

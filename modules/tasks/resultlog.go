@@ -87,6 +87,37 @@ func StreamGet(ctx context.Context, q Querier, queueID string) (Stream, error) {
 	return s, nil
 }
 
+// StreamHeads returns the committed heads of the given queues' logs, keyed
+// by queue; a queue that never logged anything is absent.
+func StreamHeads(ctx context.Context, q Querier, queueIDs []string) (map[string]uint64, error) {
+	out := make(map[string]uint64, len(queueIDs))
+	if len(queueIDs) == 0 {
+		return out, nil
+	}
+	args := make([]any, len(queueIDs))
+	for i, id := range queueIDs {
+		args[i] = id
+	}
+	rows, err := q.QueryContext(ctx, `SELECT queue_id, head_sequence FROM queue_streams
+		WHERE queue_id IN (`+db.Placeholders(len(queueIDs))+`)`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: read heads: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var head uint64
+		if err := rows.Scan(&id, &head); err != nil {
+			return nil, fmt.Errorf("tasks: read heads: %w", err)
+		}
+		out[id] = head
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("tasks: read heads: %w", err)
+	}
+	return out, nil
+}
+
 // Querier is a pool or a transaction.
 type Querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -114,6 +145,38 @@ func EventListAfter(ctx context.Context, q Querier, queueID string, after uint64
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("tasks: list events: %w", err)
+	}
+	return out, nil
+}
+
+// EventRef is what a scan of the log returns of an event: enough to decide
+// whether it matters, without its details and snapshot.
+type EventRef struct {
+	Sequence uint64
+	ID       string
+	Type     string
+}
+
+// EventScan returns up to limit events of a queue with sequence > after, in
+// sequence order, without their bodies; like EventListAfter, it returns
+// only committed events.
+func EventScan(ctx context.Context, q Querier, queueID string, after uint64, limit int) ([]EventRef, error) {
+	rows, err := q.QueryContext(ctx, `SELECT sequence, id, type FROM result_events
+		WHERE queue_id = ? AND sequence > ? ORDER BY sequence LIMIT ?`, queueID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: scan events: %w", err)
+	}
+	defer rows.Close()
+	var out []EventRef
+	for rows.Next() {
+		var e EventRef
+		if err := rows.Scan(&e.Sequence, &e.ID, &e.Type); err != nil {
+			return nil, fmt.Errorf("tasks: scan events: %w", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("tasks: scan events: %w", err)
 	}
 	return out, nil
 }
@@ -186,16 +249,23 @@ func scanEvent(rows *sql.Rows) (Event, error) {
 	return ev, nil
 }
 
-// LiveDeliveryGuard, when set, is an SQL condition on result_events
-// (aliased e) that keeps an event from being purged; the subscriptions module
-// sets it so that events with live deliveries survive retention.
-type LiveDeliveryGuard string
+// RetentionHold is offered by modules that need result-log events kept
+// past retention, such as the subscriptions module for events with live
+// deliveries (T-11). The tasks module finds every module of the run that
+// offers it (modules.Offered) and asks each before it purges.
+type RetentionHold interface {
+	// RetentionHeld returns the lowest sequence in [from, to) of queue
+	// queueID's log that must be kept, or to when none must. It runs
+	// inside the purge's transaction q, which holds the queue's log head
+	// locked, once per purge batch: it should be one indexed read.
+	RetentionHeld(ctx context.Context, q Querier, queueID string, from, to uint64) (uint64, error)
+}
 
 // RetentionPurge deletes, from the bottom of a queue's log, up to batch
 // events older than cutoff, stopping at the first event that is younger or
-// that guard protects, and records the new retention mark. It returns how
-// many events it deleted.
-func RetentionPurge(ctx context.Context, pool *sql.DB, queueID string, cutoff time.Time, batch int, guard LiveDeliveryGuard) (int, error) {
+// that one of holds keeps, and records the new retention mark. It returns
+// how many events it deleted.
+func RetentionPurge(ctx context.Context, pool *sql.DB, queueID string, cutoff time.Time, batch int, holds ...RetentionHold) (int, error) {
 	deleted := 0
 	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
 		deleted = 0
@@ -207,21 +277,20 @@ func RetentionPurge(ctx context.Context, pool *sql.DB, queueID string, cutoff ti
 		if err != nil {
 			return err
 		}
-		query := `SELECT e.sequence, e.occurred_at < ?` + guardColumn(guard) + `
-			FROM result_events e WHERE e.queue_id = ? AND e.sequence >= ? ORDER BY e.sequence LIMIT ?`
-		rows, err := tx.QueryContext(ctx, query, cutoff, queueID, mark, batch)
+		rows, err := tx.QueryContext(ctx, `SELECT sequence, occurred_at < ? FROM result_events
+			WHERE queue_id = ? AND sequence >= ? ORDER BY sequence LIMIT ?`, cutoff, queueID, mark, batch)
 		if err != nil {
 			return err
 		}
 		next := mark
 		for rows.Next() {
 			var seq uint64
-			var old, protected bool
-			if err := rows.Scan(&seq, &old, &protected); err != nil {
+			var old bool
+			if err := rows.Scan(&seq, &old); err != nil {
 				rows.Close()
 				return err
 			}
-			if !old || protected || seq != next {
+			if !old || seq != next {
 				break
 			}
 			next = seq + 1
@@ -229,6 +298,16 @@ func RetentionPurge(ctx context.Context, pool *sql.DB, queueID string, cutoff ti
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
+		}
+		for _, h := range holds {
+			if next == mark {
+				break
+			}
+			held, err := h.RetentionHeld(ctx, tx, queueID, mark, next)
+			if err != nil {
+				return err
+			}
+			next = min(next, max(held, mark))
 		}
 		if next == mark {
 			return nil
@@ -246,13 +325,6 @@ func RetentionPurge(ctx context.Context, pool *sql.DB, queueID string, cutoff ti
 		return 0, fmt.Errorf("tasks: retention purge: %w", err)
 	}
 	return deleted, nil
-}
-
-func guardColumn(guard LiveDeliveryGuard) string {
-	if guard == "" {
-		return ", FALSE"
-	}
-	return ", (" + string(guard) + ")"
 }
 
 // StreamQueues returns the ids of every queue that has a log.

@@ -260,10 +260,10 @@ func TestT11_RetentionPurgesFromTheBottomAndRecordsTheMark(t *testing.T) {
 	if _, err := f.db.Exec(`UPDATE result_events SET occurred_at = occurred_at - INTERVAL 8 DAY WHERE queue_id = ? AND sequence <= 3`, q); err != nil {
 		t.Fatal(err)
 	}
-	// Sequence 2 is protected, as if a subscription still had a live delivery.
-	guard := LiveDeliveryGuard("e.sequence = 2")
+	// Sequence 2 is held, as if a subscription still had a live delivery;
+	// a second hold that keeps nothing does not change that.
 	cutoff := db.Now().Add(-7 * 24 * time.Hour)
-	n, err := RetentionPurge(ctx, f.db, q, cutoff, 100, guard)
+	n, err := RetentionPurge(ctx, f.db, q, cutoff, 100, holdFrom(0), holdFrom(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestT11_RetentionPurgesFromTheBottomAndRecordsTheMark(t *testing.T) {
 	if s.RetentionMark != 2 {
 		t.Fatalf("retention mark = %d, want 2", s.RetentionMark)
 	}
-	n, err = RetentionPurge(ctx, f.db, q, cutoff, 100, "")
+	n, err = RetentionPurge(ctx, f.db, q, cutoff, 100)
 	if err != nil || n != 2 {
 		t.Fatalf("second purge: n=%d err=%v, want 2 events", n, err)
 	}
@@ -286,4 +286,15 @@ func TestT11_RetentionPurgesFromTheBottomAndRecordsTheMark(t *testing.T) {
 	if len(events) != 2 || events[0].Sequence != 4 {
 		t.Fatalf("remaining events %+v, want 4 and 5", events)
 	}
+}
+
+// holdFrom is a RetentionHold that keeps every sequence from seq on; 0
+// keeps nothing.
+type holdFrom uint64
+
+func (h holdFrom) RetentionHeld(_ context.Context, _ Querier, _ string, from, to uint64) (uint64, error) {
+	if h == 0 || uint64(h) >= to {
+		return to, nil
+	}
+	return max(uint64(h), from), nil
 }

@@ -9,15 +9,23 @@ import (
 
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/wake"
 )
 
 // Store reads and writes tasks, their attempts and the result log. Every
 // state change and its log row are written in one transaction.
+//
+// The store announces its own facts: after a COMMIT of its own that appends
+// to a result log, makes a task PENDING or requests a cancel, it wakes the
+// waiters of Appended, Submitted or CancelRequested on this node. Callers
+// never notify; other nodes find the change by polling.
 type Store struct {
 	db *sql.DB
 	// Backoff returns the delay before a failed idempotent task is offered
 	// again, given the attempts used so far.
 	Backoff func(attempts int) time.Duration
+
+	appended, submitted, cancelRequested wake.Broadcast
 }
 
 // NewStore returns a Store with exponential retry backoff between min and max.
@@ -33,6 +41,53 @@ func NewStore(pool *sql.DB, backoffMin, backoffMax time.Duration) *Store {
 
 // DB returns the store's pool.
 func (s *Store) DB() *sql.DB { return s.db }
+
+// Appended returns a channel closed after the next commit on this node that
+// appends to a result log. Take it before reading the log, then wait on it,
+// so that no append is missed.
+func (s *Store) Appended() <-chan struct{} { return s.appended.C() }
+
+// Submitted returns a channel closed after the next commit on this node
+// that makes a task PENDING (submitted, requeued, released, reviewed).
+func (s *Store) Submitted() <-chan struct{} { return s.submitted.C() }
+
+// CancelRequested returns a channel closed after the next commit on this
+// node that requests the cancel of a task.
+func (s *Store) CancelRequested() <-chan struct{} { return s.cancelRequested.C() }
+
+// announce wakes the waiters of what the events of a committed transaction
+// changed: every event appends, and task.requeued makes its task PENDING.
+// It is called after the COMMIT, never inside the transaction.
+func (s *Store) announce(events ...*Event) {
+	appended, requeued := false, false
+	for _, ev := range events {
+		if ev != nil {
+			appended = true
+			requeued = requeued || ev.Type == EventRequeued
+		}
+	}
+	if appended {
+		s.appended.Notify()
+	}
+	if requeued {
+		s.submitted.Notify()
+	}
+}
+
+// Tx runs fn in a transaction on the store's pool, for writes made with the
+// package's transactional functions (TaskInsert, TaskCancel, TaskReview)
+// outside the module's handlers, and after its COMMIT announces all that
+// they can change: appended, submitted and cancel requested. A waiter woken
+// for nothing looks once and waits again. Deadlocks are retried as by db.Tx.
+func (s *Store) Tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if err := db.Tx(ctx, s.db, fn); err != nil {
+		return err
+	}
+	s.appended.Notify()
+	s.submitted.Notify()
+	s.cancelRequested.Notify()
+	return nil
+}
 
 const taskColumns = `id, namespace_id, queue_id, credential_id, state, revision, idempotent, max_attempts, attempts,
 	effect_uncertain, cancel_requested, current_attempt_id, lease_epoch, input, result, error_code, error_message,

@@ -15,7 +15,6 @@ import (
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/bg"
 	"github.com/orbitrun/orbit/internal/db"
-	"github.com/orbitrun/orbit/internal/wake"
 	"github.com/orbitrun/orbit/modules"
 )
 
@@ -57,16 +56,9 @@ type Module struct {
 	auth   *auth.Authenticator
 	logger *slog.Logger
 
-	// Submitted is notified after a task becomes PENDING on this node, so
-	// workers connected here lease it without waiting for a poll.
-	Submitted wake.Broadcast
-	// Appended is notified after an event is appended on this node.
-	Appended wake.Broadcast
-	// CancelRequested is notified after a cancel request on this node.
-	CancelRequested wake.Broadcast
-	// Guard keeps events with live deliveries from being purged; the
-	// subscriptions module sets it during Provision.
-	Guard LiveDeliveryGuard
+	// holds are the modules of the run that keep result-log events from
+	// retention (RetentionHold).
+	holds []RetentionHold
 
 	loops bg.Group
 }
@@ -106,16 +98,18 @@ func (m *Module) Validate() error {
 	return p.Err()
 }
 
-// Provision builds the store.
+// Provision builds the store and finds the modules that hold result-log
+// events from retention.
 func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.store = NewStore(env.DB, m.cfg.RetryBackoffMin, m.cfg.RetryBackoffMax)
+	m.holds = modules.Offered[RetentionHold](env)
 	m.auth = auth.NewAuthenticator(env.DB)
 	m.logger = env.Logger.With("module", "tasks")
 	return nil
 }
 
-// Store returns the module's store, for the workers and subscriptions
-// modules.
+// Store returns the module's store, for tests. Other modules get what they
+// need of it as interfaces they declare (see offers.go).
 func (m *Module) Store() *Store { return m.store }
 
 // Routes mounts the task endpoints.
@@ -149,8 +143,6 @@ func (m *Module) sweepLeases(ctx context.Context) {
 		if len(events) == 0 {
 			return
 		}
-		m.Appended.Notify()
-		m.Submitted.Notify()
 		if len(events) < m.cfg.SweepBatch {
 			return
 		}
@@ -169,7 +161,7 @@ func (m *Module) sweepRetention(ctx context.Context) {
 	cutoff := db.Now().Add(-m.cfg.Retention)
 	for _, q := range queues {
 		for ctx.Err() == nil {
-			n, err := RetentionPurge(ctx, m.store.DB(), q, cutoff, m.cfg.RetentionBatch, m.Guard)
+			n, err := RetentionPurge(ctx, m.store.DB(), q, cutoff, m.cfg.RetentionBatch, m.holds...)
 			if err != nil {
 				if ctx.Err() == nil {
 					m.logger.Warn("retention purge failed", "queue_id", q, "err", err)

@@ -245,7 +245,7 @@ func TestT2_Cancel(t *testing.T) {
 			wantState(t, decodeReceipt(t, r).Task, tasks.StateRunning, 2)
 		})
 		t.Run("ProofsOfTheAttemptAreAskedToStop", func(t *testing.T) {
-			proofs, err := e.store.CancelRequested(t.Context(), a.Session)
+			proofs, err := e.store.CancelRequestList(t.Context(), a.Session)
 			if err != nil {
 				t.Fatal(err)
 			}

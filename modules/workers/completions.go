@@ -36,22 +36,9 @@ func (m *Module) newCompleteBatcher() *batch.Batcher[*completeRequest] {
 	})
 }
 
-// applyCompletions runs one batch's transaction and wakes whoever waits for
-// what it changed, before the completions are answered.
+// applyCompletions runs one batch's transaction. The tasks store wakes
+// whoever waits for what it changed after its commit, before the
+// completions are answered.
 func (m *Module) applyCompletions(ctx context.Context, params []*tasks.CompleteParams) ([]tasks.CompleteOutcome, error) {
-	outcomes, err := m.tasks.Store().CompleteBatch(ctx, params)
-	appended, requeued := false, false
-	for _, o := range outcomes {
-		if o.Event != nil {
-			appended = true
-			requeued = requeued || o.Event.Type == tasks.EventRequeued
-		}
-	}
-	if appended {
-		m.tasks.Appended.Notify()
-	}
-	if requeued {
-		m.tasks.Submitted.Notify()
-	}
-	return outcomes, err
+	return m.tasks.CompleteBatch(ctx, params)
 }

@@ -1,6 +1,7 @@
 package workers_test
 
 import (
+	"database/sql"
 	"testing"
 	"time"
 
@@ -25,7 +26,11 @@ func TestE15_LeaseFailureClosesWithInternalError(t *testing.T) {
 
 	// Without the sessions table, the lease's transaction fails.
 	e.srv.RenameTable(t, "worker_sessions", "worker_sessions_away")
-	e.srv.Instances["tasks"].(*tasks.Module).Submitted.Notify()
+	// An empty write through the tasks store announces, after its commit,
+	// everything such a write can change: the dispatcher leases once.
+	if err := e.srv.Instances["tasks"].(*tasks.Module).Store().Tx(t.Context(), func(*sql.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
 	if rest := w.ExpectClose(closeInternalError); len(rest) != 0 {
 		t.Fatalf("frames before the close: %v", rest)
 	}

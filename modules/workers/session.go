@@ -142,7 +142,7 @@ func (m *Module) connect(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), sessionCleanupTimeout)
 		defer cancel()
-		if err := m.tasks.Store().SessionClose(ctx, s.id); err != nil {
+		if err := m.tasks.SessionClose(ctx, s.id); err != nil {
 			m.logger.Warn("close worker session", "session_id", s.id, "err", err)
 		}
 	}()
@@ -217,7 +217,7 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) (*session, error) {
 		m.logger.Warn(what, "err", err)
 		return nil, nil
 	}
-	store := m.tasks.Store()
+	store := m.tasks
 	id, err := store.SessionOpen(c.Context(), &tasks.SessionOpenParams{
 		QueueID: *body.QueueID, CredentialID: p.CredentialID, WorkerName: name, Capacity: *body.Capacity,
 	})
@@ -303,7 +303,7 @@ func (s *session) ping(f *wsx.Frame) bool {
 		s.c.Close(wsx.ClosePolicyViolation, "queue grant revoked")
 		return false
 	}
-	if _, err := s.m.tasks.Store().Renew(ctx, s.id, s.m.cfg.LeaseDuration); err != nil {
+	if _, err := s.m.tasks.Renew(ctx, s.id, s.m.cfg.LeaseDuration); err != nil {
 		s.c.Logger().Warn("renew worker leases", "session_id", s.id, "err", err)
 		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "leases could not be renewed; reconnect"))
 		s.c.Close(wsx.CloseInternalError, "unavailable")
@@ -450,13 +450,11 @@ func (s *session) release(f *wsx.Frame) {
 		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeInvalidArgument, "body.reason is limited to 1024 bytes"))
 		return
 	}
-	if _, err := s.m.tasks.Store().Release(s.c.Context(), &proof, *body.Reason); err != nil {
+	if _, err := s.m.tasks.Release(s.c.Context(), &proof, *body.Reason); err != nil {
 		s.sendStoreError(f, err)
 		return
 	}
 	s.signalFreed()
-	s.m.tasks.Submitted.Notify()
-	s.m.tasks.Appended.Notify()
 	s.reply(f, releaseAck{TaskID: proof.TaskID, AttemptID: proof.AttemptID, Released: true})
 }
 
@@ -494,7 +492,7 @@ func (s *session) signalFreed() {
 // requests as task.cancel, once per attempt. It returns when the connection
 // ends.
 func (s *session) dispatch() {
-	store := s.m.tasks.Store()
+	store := s.m.tasks
 	ctx := s.c.Context()
 	ticker := time.NewTicker(s.m.cfg.PollInterval)
 	defer ticker.Stop()
@@ -504,7 +502,7 @@ func (s *session) dispatch() {
 	checkCancels := true
 	var cancels <-chan struct{}
 	for ctx.Err() == nil {
-		submitted := s.m.tasks.Submitted.C()
+		submitted := store.Submitted()
 		select {
 		case <-cancels:
 			checkCancels = true
@@ -513,7 +511,7 @@ func (s *session) dispatch() {
 		if checkCancels {
 			// Taken before the look, so a request made during it wakes
 			// the next one.
-			cancels = s.m.tasks.CancelRequested.C()
+			cancels = store.CancelRequested()
 		}
 		assigned, err := store.Lease(ctx, s.id, s.grant(), s.m.cfg.LeaseDuration)
 		if err != nil {
@@ -548,7 +546,7 @@ func (s *session) dispatch() {
 		}
 		if !checkCancels {
 			// nothing asked for a look
-		} else if requested, err := store.CancelRequested(ctx, s.id); err == nil {
+		} else if requested, err := store.CancelRequestList(ctx, s.id); err == nil {
 			checkCancels = false
 			for _, p := range requested {
 				if cancelSent[p.AttemptID] {
@@ -618,11 +616,9 @@ func (s *session) leaseUnsent(a *tasks.Assignment, cause error) {
 		"session_id", s.id, "task_id", a.Task.ID, "attempt_id", a.AttemptID, "err", cause)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.c.Context()), sessionCleanupTimeout)
 	defer cancel()
-	if _, err := s.m.tasks.Store().LeaseUnsent(ctx, a, unsentDelay); err != nil {
+	if _, err := s.m.tasks.LeaseUnsent(ctx, a, unsentDelay); err != nil {
 		s.c.Logger().Warn("release unsent lease; it expires instead", "session_id", s.id, "task_id", a.Task.ID, "err", err)
 		return
 	}
 	s.signalFreed()
-	s.m.tasks.Submitted.Notify()
-	s.m.tasks.Appended.Notify()
 }

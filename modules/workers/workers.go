@@ -56,10 +56,29 @@ type Config struct {
 	PollInterval time.Duration `yaml:"poll_interval"`
 }
 
+// Tasks is what the workers module needs of the tasks module: the
+// worker-side operations of the task store and its signals. The store
+// announces its own commits, so the module never notifies: Submitted is
+// closed after a task becomes PENDING on this node, CancelRequested after a
+// cancel request. See tasks.Store for each method's contract.
+type Tasks interface {
+	SessionOpen(ctx context.Context, p *tasks.SessionOpenParams) (string, error)
+	SessionClose(ctx context.Context, sessionID string) error
+	SessionAdopt(ctx context.Context, sessionID string, proofs []tasks.Proof, leaseDuration time.Duration) ([]string, error)
+	Lease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]tasks.Assignment, error)
+	CompleteBatch(ctx context.Context, completions []*tasks.CompleteParams) ([]tasks.CompleteOutcome, error)
+	Release(ctx context.Context, p *tasks.Proof, reason string) (*tasks.Event, error)
+	LeaseUnsent(ctx context.Context, a *tasks.Assignment, delay time.Duration) (*tasks.Event, error)
+	Renew(ctx context.Context, sessionID string, leaseDuration time.Duration) (int, error)
+	CancelRequestList(ctx context.Context, sessionID string) ([]tasks.Proof, error)
+	Submitted() <-chan struct{}
+	CancelRequested() <-chan struct{}
+}
+
 // Module is the workers module.
 type Module struct {
 	cfg    Config
-	tasks  *tasks.Module
+	tasks  Tasks
 	auth   *auth.Authenticator
 	entry  *wsx.Entry
 	logger *slog.Logger
@@ -104,9 +123,9 @@ func (m *Module) Validate() error {
 
 // Provision connects the module to the tasks module and builds the entry.
 func (m *Module) Provision(_ context.Context, env *modules.Env) error {
-	t, ok := env.Module("tasks").(*tasks.Module)
-	if !ok {
-		return fmt.Errorf("workers: the tasks module is not running")
+	t, err := modules.Require[Tasks](env, "tasks")
+	if err != nil {
+		return fmt.Errorf("workers: %w", err)
 	}
 	m.tasks = t
 	m.auth = auth.NewAuthenticator(env.DB)
@@ -153,4 +172,6 @@ var (
 	_ modules.Provisioner = (*Module)(nil)
 	_ modules.Router      = (*Module)(nil)
 	_ modules.Stopper     = (*Module)(nil)
+
+	_ Tasks = (*tasks.Module)(nil)
 )

@@ -25,7 +25,7 @@ func waitForHead(t testing.TB, m *tasks.Module, pool *sql.DB, queueID string, wa
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
-		woken := m.Appended.C()
+		woken := m.Appended()
 		s, err := tasks.StreamGet(context.Background(), pool, queueID)
 		if err != nil {
 			t.Fatal(err)

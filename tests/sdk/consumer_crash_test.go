@@ -14,6 +14,7 @@ import (
 	"github.com/orbitrun/orbit/internal/testkit/orbitproc"
 	"github.com/orbitrun/orbit/internal/testkit/testdb"
 	"github.com/orbitrun/orbit/modules/admin"
+	"github.com/orbitrun/orbit/modules/tasks"
 	orbit "github.com/orbitrun/orbit/sdk/go"
 )
 
@@ -90,7 +91,9 @@ func TestE16_ServerKilledConsumerRecovers(t *testing.T) {
 		}
 		return nil
 	})
-	tasks := produceCancelled(t, pool, sc.NamespaceID, sc.QueueID, cred.ID, total)
+	// This process runs no server: nobody waits for the store's signals.
+	log := tasks.NewStore(pool, time.Second, time.Minute)
+	tasks := produceCancelled(t, log, sc.NamespaceID, sc.QueueID, cred.ID, total)
 	for range capacity {
 		select {
 		case <-holding:

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/testkit/servertest"
 	"github.com/orbitrun/orbit/modules/events"
 	"github.com/orbitrun/orbit/modules/subscriptions"
@@ -69,26 +68,26 @@ func (e *consumerEnv) config(t *testing.T, capacity int) orbit.EventConsumerConf
 	}
 }
 
-// produce appends n task.cancelled results to the queue's log and wakes
-// the server's materialiser.
+// produce appends n task.cancelled results to the queue's log through the
+// server's tasks store, which wakes the server's materialiser.
 func (e *consumerEnv) produce(t *testing.T, n int) []string {
 	t.Helper()
-	ids := produceCancelled(t, e.srv.DB, e.cred.NamespaceID, e.cred.QueueID, e.cred.CredentialID, n)
-	e.srv.Instances["tasks"].(*tasks.Module).Appended.Notify()
-	return ids
+	store := e.srv.Instances["tasks"].(*tasks.Module).Store()
+	return produceCancelled(t, store, e.cred.NamespaceID, e.cred.QueueID, e.cred.CredentialID, n)
 }
 
 // produceCancelled writes n tasks that are cancelled while PENDING, each
 // appending one task.cancelled result, directly with the tasks store in
-// transactions of up to 100 tasks. It returns the task IDs.
-func produceCancelled(t *testing.T, pool *sql.DB, namespaceID, queueID, credentialID string, n int) []string {
+// transactions of up to 100 tasks, each announced by the store after its
+// commit. It returns the task IDs.
+func produceCancelled(t *testing.T, store *tasks.Store, namespaceID, queueID, credentialID string, n int) []string {
 	t.Helper()
 	ctx := context.Background()
 	var ids []string
 	for len(ids) < n {
 		batch := min(100, n-len(ids))
 		var made []string
-		err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
+		err := store.Tx(ctx, func(tx *sql.Tx) error {
 			made = made[:0]
 			for i := range batch {
 				task, err := tasks.TaskInsert(ctx, tx, &tasks.TaskInsertParams{

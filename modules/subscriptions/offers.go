@@ -1,0 +1,64 @@
+package subscriptions
+
+import (
+	"context"
+	"time"
+)
+
+// What the subscriptions module offers to the modules that require it or
+// look for it: the delivery state machine, driven by the events module
+// through the interface it declares (events.Deliveries), and the retention
+// hold that the tasks module asks before it purges (tasks.RetentionHold).
+// Each method runs the package function of the same name on the module's
+// pool; see there for its contract.
+
+// EventSessionOpen records a new event connection and returns its id.
+func (m *Module) EventSessionOpen(ctx context.Context, p *EventSessionOpenParams) (string, error) {
+	return EventSessionOpen(ctx, m.db, p)
+}
+
+// EventSessionClose marks an event connection closed.
+func (m *Module) EventSessionClose(ctx context.Context, sessionID string) error {
+	return EventSessionClose(ctx, m.db, sessionID)
+}
+
+// SubscriptionGet returns a subscription by id, or sql.ErrNoRows.
+func (m *Module) SubscriptionGet(ctx context.Context, id string) (*Subscription, error) {
+	return SubscriptionGet(ctx, m.db, id)
+}
+
+// Materialize materialises one batch of a subscription, of the configured
+// size (materialize_batch).
+func (m *Module) Materialize(ctx context.Context, subscriptionID string) (created int, more bool, err error) {
+	return Materialize(ctx, m.db, m.log, subscriptionID, m.cfg.MaterializeBatch)
+}
+
+// Claim leases deliveries for one event connection.
+func (m *Module) Claim(ctx context.Context, p *ClaimParams) ([]Lease, error) {
+	return Claim(ctx, m.db, m.log, p)
+}
+
+// AckBatch records ACKs in one transaction.
+func (m *Module) AckBatch(ctx context.Context, acks []*AckParams) ([]AckOutcome, error) {
+	return AckBatch(ctx, m.db, acks)
+}
+
+// DeliveryUnsent gives back a lease whose event.deliver was never sent.
+func (m *Module) DeliveryUnsent(ctx context.Context, l *Lease, delay time.Duration) (bool, error) {
+	return DeliveryUnsent(ctx, m.db, l, delay)
+}
+
+// Claimable returns a channel closed when deliveries may have become
+// claimable on this node (materialised, recovered or retried), so event
+// connections claim without waiting for a poll.
+func (m *Module) Claimable() <-chan struct{} { return m.claimable.C() }
+
+// MaterializeSoon wakes the background materialiser, for instance after
+// ACKs made room in backlogs that were full.
+func (m *Module) MaterializeSoon() { m.wake.Notify() }
+
+// RetentionHeld returns the lowest sequence in [from, to) of a queue's log
+// that a live delivery holds, in the purge's transaction q.
+func (m *Module) RetentionHeld(ctx context.Context, q Querier, queueID string, from, to uint64) (uint64, error) {
+	return RetentionHeld(ctx, q, queueID, from, to)
+}

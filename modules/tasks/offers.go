@@ -1,0 +1,123 @@
+package tasks
+
+import (
+	"context"
+	"time"
+
+	"github.com/orbitrun/orbit/internal/auth"
+)
+
+// What the tasks module offers to the modules that require it. Each of them
+// declares the interface it needs (subscriptions.Log, workers.Tasks) and
+// gets the module through modules.Require; these methods are the module's
+// store, and the store announces its own commits (see Store).
+
+// The result log, read by the subscriptions module. The methods taking a
+// Querier run in the caller's transaction when given one.
+
+// StreamGet returns the committed head and retention mark of a queue's log.
+func (s *Store) StreamGet(ctx context.Context, q Querier, queueID string) (Stream, error) {
+	return StreamGet(ctx, q, queueID)
+}
+
+// StreamHeads returns the committed heads of the given queues' logs.
+func (s *Store) StreamHeads(ctx context.Context, q Querier, queueIDs []string) (map[string]uint64, error) {
+	return StreamHeads(ctx, q, queueIDs)
+}
+
+// EventScan returns up to limit events of a queue after a sequence, without
+// their bodies.
+func (s *Store) EventScan(ctx context.Context, q Querier, queueID string, after uint64, limit int) ([]EventRef, error) {
+	return EventScan(ctx, q, queueID, after, limit)
+}
+
+// EventsBySequence returns the events of a queue at the given sequences.
+func (s *Store) EventsBySequence(ctx context.Context, q Querier, queueID string, sequences []uint64) (map[uint64]Event, error) {
+	return EventsBySequence(ctx, q, queueID, sequences)
+}
+
+// EventGet returns one event by id within a queue, or sql.ErrNoRows.
+func (s *Store) EventGet(ctx context.Context, q Querier, queueID, eventID string) (Event, error) {
+	return EventGet(ctx, q, queueID, eventID)
+}
+
+// StreamGet: see Store.StreamGet.
+func (m *Module) StreamGet(ctx context.Context, q Querier, queueID string) (Stream, error) {
+	return m.store.StreamGet(ctx, q, queueID)
+}
+
+// StreamHeads: see Store.StreamHeads.
+func (m *Module) StreamHeads(ctx context.Context, q Querier, queueIDs []string) (map[string]uint64, error) {
+	return m.store.StreamHeads(ctx, q, queueIDs)
+}
+
+// EventScan: see Store.EventScan.
+func (m *Module) EventScan(ctx context.Context, q Querier, queueID string, after uint64, limit int) ([]EventRef, error) {
+	return m.store.EventScan(ctx, q, queueID, after, limit)
+}
+
+// EventsBySequence: see Store.EventsBySequence.
+func (m *Module) EventsBySequence(ctx context.Context, q Querier, queueID string, sequences []uint64) (map[uint64]Event, error) {
+	return m.store.EventsBySequence(ctx, q, queueID, sequences)
+}
+
+// EventGet: see Store.EventGet.
+func (m *Module) EventGet(ctx context.Context, q Querier, queueID, eventID string) (Event, error) {
+	return m.store.EventGet(ctx, q, queueID, eventID)
+}
+
+// Appended: see Store.Appended.
+func (m *Module) Appended() <-chan struct{} { return m.store.Appended() }
+
+// Task leases, used by the workers module.
+
+// SessionOpen: see Store.SessionOpen.
+func (m *Module) SessionOpen(ctx context.Context, p *SessionOpenParams) (string, error) {
+	return m.store.SessionOpen(ctx, p)
+}
+
+// SessionClose: see Store.SessionClose.
+func (m *Module) SessionClose(ctx context.Context, sessionID string) error {
+	return m.store.SessionClose(ctx, sessionID)
+}
+
+// SessionAdopt: see Store.SessionAdopt.
+func (m *Module) SessionAdopt(ctx context.Context, sessionID string, proofs []Proof, leaseDuration time.Duration) ([]string, error) {
+	return m.store.SessionAdopt(ctx, sessionID, proofs, leaseDuration)
+}
+
+// Lease: see Store.Lease.
+func (m *Module) Lease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]Assignment, error) {
+	return m.store.Lease(ctx, sessionID, grant, leaseDuration)
+}
+
+// CompleteBatch: see Store.CompleteBatch.
+func (m *Module) CompleteBatch(ctx context.Context, completions []*CompleteParams) ([]CompleteOutcome, error) {
+	return m.store.CompleteBatch(ctx, completions)
+}
+
+// Release: see Store.Release.
+func (m *Module) Release(ctx context.Context, p *Proof, reason string) (*Event, error) {
+	return m.store.Release(ctx, p, reason)
+}
+
+// LeaseUnsent: see Store.LeaseUnsent.
+func (m *Module) LeaseUnsent(ctx context.Context, a *Assignment, delay time.Duration) (*Event, error) {
+	return m.store.LeaseUnsent(ctx, a, delay)
+}
+
+// Renew: see Store.Renew.
+func (m *Module) Renew(ctx context.Context, sessionID string, leaseDuration time.Duration) (int, error) {
+	return m.store.Renew(ctx, sessionID, leaseDuration)
+}
+
+// CancelRequestList: see Store.CancelRequestList.
+func (m *Module) CancelRequestList(ctx context.Context, sessionID string) ([]Proof, error) {
+	return m.store.CancelRequestList(ctx, sessionID)
+}
+
+// Submitted: see Store.Submitted.
+func (m *Module) Submitted() <-chan struct{} { return m.store.Submitted() }
+
+// CancelRequested: see Store.CancelRequested.
+func (m *Module) CancelRequested() <-chan struct{} { return m.store.CancelRequested() }
