@@ -26,8 +26,8 @@ import (
 	"github.com/orbitrun/orbit/internal/cli"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/migrate"
 	"github.com/orbitrun/orbit/internal/testdb"
-	"github.com/orbitrun/orbit/migrations"
 	"github.com/orbitrun/orbit/modules"
 )
 
@@ -93,14 +93,18 @@ func privateDir(t *testing.T) string {
 	return dir
 }
 
-// migrationNames returns the names of the embedded migration files, in order.
+// migrationNames returns the recorded names of the binary's migration files,
+// in order.
 func migrationNames(t *testing.T) []string {
 	t.Helper()
-	names, err := fs.Glob(migrations.Files, "*.sql")
-	if err != nil || len(names) == 0 {
-		t.Fatalf("no migrations embedded: %v", err)
+	files, err := migrate.Load(modules.Migrations())
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no migrations: %v", err)
 	}
-	slices.Sort(names)
+	var names []string
+	for _, f := range files {
+		names = append(names, f.Name)
+	}
 	return names
 }
 

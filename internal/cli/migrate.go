@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orbitrun/orbit/internal/migrate"
-	"github.com/orbitrun/orbit/migrations"
+	"github.com/orbitrun/orbit/modules"
 )
 
 func migrateCommand(app *App) *cobra.Command {
@@ -26,7 +26,7 @@ func migrateCommand(app *App) *cobra.Command {
 				return err
 			}
 			defer pool.Close()
-			applied, err := migrate.Up(cmd.Context(), pool, migrations.Files)
+			applied, err := migrate.Up(cmd.Context(), pool, modules.Migrations())
 			for _, name := range applied {
 				fmt.Fprintf(cmd.OutOrStdout(), "applied %s\n", name)
 			}
@@ -53,7 +53,7 @@ func migrateCommand(app *App) *cobra.Command {
 				return err
 			}
 			defer pool.Close()
-			files, err := migrate.Status(cmd.Context(), pool, migrations.Files)
+			files, err := migrate.Status(cmd.Context(), pool, modules.Migrations())
 			if err != nil {
 				return err
 			}
