@@ -19,7 +19,6 @@ import (
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/migrate"
 	"github.com/orbitrun/orbit/internal/mysqld"
-	"github.com/orbitrun/orbit/migrations"
 	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/admin"
 	_ "github.com/orbitrun/orbit/modules/all"
@@ -117,7 +116,7 @@ func startEnv(ctx context.Context, log *slog.Logger) (_ *env, err error) {
 	e.pool.SetMaxOpenConns(e.cfg.Database.MaxOpenConns)
 	e.pool.SetMaxIdleConns(e.cfg.Database.MaxOpenConns)
 	e.settings.OrbitPoolConns = e.cfg.Database.MaxOpenConns
-	if _, err := migrate.Up(ctx, e.pool, migrations.Files); err != nil {
+	if _, err := migrate.Up(ctx, e.pool, modules.Migrations()); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 

@@ -6,13 +6,15 @@
 // it into the binary with a blank import. Everything else a module can do is an
 // optional interface, discovered by type assertion: a config section
 // (Configurer, Validator), set-up (Provisioner), HTTP routes (Router), a
-// lifecycle (Starter, Stopper) and CLI commands (Commander).
+// lifecycle (Starter, Stopper), CLI commands (Commander) and schema
+// migrations (Migrator).
 package modules
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"regexp"
 	"sort"
@@ -90,6 +92,23 @@ type Stopper interface {
 // needs: the loaded configuration, or that and the platform database.
 type Commander interface {
 	Commands(cli CLI) []*cobra.Command
+}
+
+// Migrator is implemented by modules that own tables. Migrations returns
+// the module's schema files: an FS whose directory migrations holds them as
+// NNNNNN_<what>.sql, which is what a package with
+//
+//	//go:embed migrations/*.sql
+//	var migrationFiles embed.FS
+//
+// returns. Version numbers are global across modules: a new file takes the
+// next free number, whatever module it belongs to (migrations/README.md).
+// Migrations is called on fresh, unconfigured instances by every command that
+// checks or applies the schema: it must be pure and cheap, with no side
+// effects, and return the same static files every time. A file, once
+// released, never changes; a change is a new file.
+type Migrator interface {
+	Migrations() fs.FS
 }
 
 // CLI gives running commands their configuration.

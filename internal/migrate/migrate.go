@@ -1,7 +1,9 @@
 // Package migrate applies Orbit's schema migrations to a MySQL database.
 //
 // Migrations are .sql files applied forward only, in version order, each
-// recorded in schema_migrations with its SHA-256. MySQL commits DDL
+// recorded in schema_migrations with its SHA-256. Each module owns a folder of
+// them, and the platform-wide files that belong to no module have one; a Set
+// names every folder, and versions are global across them. MySQL commits DDL
 // implicitly, so a file is not atomic: it is recorded as 'applying' before
 // its first statement and as 'applied' after its last. A file that changed
 // after it was applied, an applied version the binary does not know, or a
@@ -19,7 +21,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"sort"
 	"strings"
 	"time"
@@ -60,7 +61,8 @@ var (
 // FileStatus is the state of one migration, as Status reports it.
 type FileStatus struct {
 	Version   int
-	Name      string     // the file name; for StateUnknown, the name recorded in the database
+	Name      string     // the recorded file name; for StateUnknown, the name recorded in the database
+	Module    string     // the owning module; empty for a platform-wide file and for StateUnknown
 	State     string     // one of the State constants
 	AppliedAt *time.Time // UTC; nil unless applied
 }
@@ -76,10 +78,10 @@ const createTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
   PRIMARY KEY (version)
 ) ENGINE=InnoDB COMMENT='platform migrations applied to this database'`
 
-// Up applies every pending migration of fsys to the database of pool, in
+// Up applies every pending migration of set to the database of pool, in
 // version order, and returns the names of the files it applied (none when
 // the database is up to date). It first checks every applied migration
-// against fsys and stops on a changed, unknown or half-applied one.
+// against set and stops on a changed, unknown or half-applied one.
 //
 // Up holds a named lock (GET_LOCK) on one connection while it works, so Ups
 // from several nodes on one database run one after the other; it waits up to
@@ -89,8 +91,8 @@ const createTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
 //
 // A file whose first statement fails is unrecorded again, since nothing of it
 // ran. A file that fails later is left half-applied for a human to repair.
-func Up(ctx context.Context, pool *sql.DB, fsys fs.FS) (applied []string, err error) {
-	files, err := Load(fsys)
+func Up(ctx context.Context, pool *sql.DB, set Set) (applied []string, err error) {
+	files, err := Load(set)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +122,7 @@ func Up(ctx context.Context, pool *sql.DB, fsys fs.FS) (applied []string, err er
 	if err != nil {
 		return nil, err
 	}
-	if err := verify(files, rows); err != nil {
+	if err := verify(files, set.Renamed, rows); err != nil {
 		return nil, err
 	}
 	done := make(map[int]bool, len(rows))
@@ -139,12 +141,12 @@ func Up(ctx context.Context, pool *sql.DB, fsys fs.FS) (applied []string, err er
 	return applied, nil
 }
 
-// Status returns the state of every migration file of fsys and of every
-// migration recorded in the database that fsys lacks, in version order. It
+// Status returns the state of every migration file of set and of every
+// migration recorded in the database that set lacks, in version order. It
 // changes nothing; a database without schema_migrations has every file
 // pending.
-func Status(ctx context.Context, pool *sql.DB, fsys fs.FS) ([]FileStatus, error) {
-	files, err := Load(fsys)
+func Status(ctx context.Context, pool *sql.DB, set Set) ([]FileStatus, error) {
+	files, err := Load(set)
 	if err != nil {
 		return nil, err
 	}
@@ -160,13 +162,13 @@ func Status(ctx context.Context, pool *sql.DB, fsys fs.FS) ([]FileStatus, error)
 	for _, f := range files {
 		r, ok := byVersion[f.Version]
 		delete(byVersion, f.Version)
-		st := FileStatus{Version: f.Version, Name: f.Name, State: StatePending}
+		st := FileStatus{Version: f.Version, Name: f.Name, Module: f.Module, State: StatePending}
 		if ok {
 			st.AppliedAt = r.appliedAt()
 			switch {
 			case r.state == StateApplying:
 				st.State = StateApplying
-			case r.sha256 != f.SHA256 || r.name != f.Name:
+			case r.sha256 != f.SHA256 || !sameName(r.name, f.Name, set.Renamed):
 				st.State = StateChanged
 			default:
 				st.State = StateApplied
@@ -181,14 +183,14 @@ func Status(ctx context.Context, pool *sql.DB, fsys fs.FS) ([]FileStatus, error)
 	return out, nil
 }
 
-// Check returns nil when every file of fsys is applied and unchanged. When
+// Check returns nil when every file of set is applied and unchanged. When
 // files are only pending it returns an error wrapping ErrBehind that lists
 // them; a changed, unknown or half-applied migration gives the same error Up
 // would, except that a file another process is applying right now counts as
 // pending. It changes nothing. orbit serve calls it to refuse a schema that
 // is behind.
-func Check(ctx context.Context, pool *sql.DB, fsys fs.FS) error {
-	files, err := Load(fsys)
+func Check(ctx context.Context, pool *sql.DB, set Set) error {
+	files, err := Load(set)
 	if err != nil {
 		return err
 	}
@@ -196,7 +198,7 @@ func Check(ctx context.Context, pool *sql.DB, fsys fs.FS) error {
 	if err != nil {
 		return err
 	}
-	if err := verify(files, rows); err != nil {
+	if err := verify(files, set.Renamed, rows); err != nil {
 		if errors.Is(err, ErrHalfApplied) && migrating(ctx, pool) {
 			return fmt.Errorf("%w: another process is applying migrations right now", ErrBehind)
 		}
@@ -269,8 +271,9 @@ func readRows(ctx context.Context, q querier) ([]row, error) {
 }
 
 // verify checks the recorded migrations against files, in version order,
-// and returns the first problem.
-func verify(files []File, rows []row) error {
+// and returns the first problem. A row recorded under a name that renamed
+// maps to the file's name is the same file.
+func verify(files []File, renamed map[string]string, rows []row) error {
 	byVersion := make(map[int]File, len(files))
 	for _, f := range files {
 		byVersion[f.Version] = f
@@ -286,7 +289,7 @@ func verify(files []File, rows []row) error {
 				"repair the schema by hand, then delete its row from schema_migrations to run it again, "+
 				"or set its state to 'applied' if it is complete",
 				ErrHalfApplied, r.name, r.startedAt.UTC().Format("2006-01-02 15:04:05"))
-		case r.name != f.Name:
+		case !sameName(r.name, f.Name, renamed):
 			return fmt.Errorf("%w: migration %d was applied as %s but the file is now %s", ErrChanged, r.version, r.name, f.Name)
 		case r.sha256 != f.SHA256:
 			return fmt.Errorf("%w: %s: database has sha256 %s, file has sha256 %s; restore the applied file and put the change in a new migration",
@@ -294,6 +297,12 @@ func verify(files []File, rows []row) error {
 		}
 	}
 	return nil
+}
+
+// sameName reports whether recorded, a name in schema_migrations, names the
+// file now called name: the same name, or a former one renamed maps to it.
+func sameName(recorded, name string, renamed map[string]string) bool {
+	return recorded == name || renamed[recorded] == name
 }
 
 // apply runs one file on conn and records it.

@@ -6,7 +6,10 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"maps"
+	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -19,7 +22,8 @@ import (
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/migrate"
 	"github.com/orbitrun/orbit/internal/testkit/testdb"
-	"github.com/orbitrun/orbit/migrations"
+	"github.com/orbitrun/orbit/modules"
+	_ "github.com/orbitrun/orbit/modules/all"
 )
 
 const (
@@ -42,13 +46,44 @@ ALTER TABLE things ADD COLUMN size INT NOT NULL DEFAULT 0 COMMENT 'size';
 	sqlC = `CREATE TABLE extra (id INT NOT NULL PRIMARY KEY COMMENT 'id') COMMENT='extra';`
 )
 
-// files returns a migration directory with the given files of fileA, fileB
-// and fileC, unchanged.
+// files returns the given files of fileA, fileB and fileC, unchanged, keyed
+// by the name they are recorded under; set puts each in its module's folder.
 func files(names ...string) fstest.MapFS {
 	all := map[string]string{fileA: sqlA, fileB: sqlB, fileC: sqlC}
 	fsys := fstest.MapFS{}
 	for _, name := range names {
 		fsys[name] = &fstest.MapFile{Data: []byte(all[name])}
+	}
+	return fsys
+}
+
+// recorded splits a recorded name, NNNNNN_<module>_<what>.sql, into the
+// module and the name of the file in the module's folder.
+var recorded = regexp.MustCompile(`^(\d{6})_([a-z][a-z0-9-]*)_(.+)$`)
+
+// set returns a migration set with the files of byName, keyed by recorded
+// name, each as NNNNNN_<what>.sql in the folder of its module.
+func set(byName fstest.MapFS) migrate.Set {
+	folders := map[string]fstest.MapFS{}
+	for name, f := range byName {
+		m := recorded.FindStringSubmatch(name)
+		if folders[m[2]] == nil {
+			folders[m[2]] = fstest.MapFS{}
+		}
+		folders[m[2]][m[1]+"_"+m[3]] = f
+	}
+	var s migrate.Set
+	for _, module := range slices.Sorted(maps.Keys(folders)) {
+		s.Sources = append(s.Sources, migrate.Source{Module: module, FS: folders[module]})
+	}
+	return s
+}
+
+// folder returns a folder holding the named files, each holding "SELECT 1;".
+func folder(names ...string) fstest.MapFS {
+	fsys := fstest.MapFS{}
+	for _, n := range names {
+		fsys[n] = &fstest.MapFile{Data: []byte("SELECT 1;")}
 	}
 	return fsys
 }
@@ -69,7 +104,7 @@ func setup(t *testing.T) (*sql.DB, string) {
 
 func up(t *testing.T, pool *sql.DB, fsys fstest.MapFS) []string {
 	t.Helper()
-	applied, err := migrate.Up(context.Background(), pool, fsys)
+	applied, err := migrate.Up(context.Background(), pool, set(fsys))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +113,7 @@ func up(t *testing.T, pool *sql.DB, fsys fstest.MapFS) []string {
 
 func states(t *testing.T, pool *sql.DB, fsys fstest.MapFS) map[string]string {
 	t.Helper()
-	st, err := migrate.Status(context.Background(), pool, fsys)
+	st, err := migrate.Status(context.Background(), pool, set(fsys))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +131,7 @@ func digest(s string) string {
 
 func TestLoad_RealMigrationsAreInSequence(t *testing.T) {
 	t.Parallel()
-	loaded, err := migrate.Load(migrations.Files)
+	loaded, err := migrate.Load(modules.Migrations())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,30 +139,84 @@ func TestLoad_RealMigrationsAreInSequence(t *testing.T) {
 		t.Fatal("no platform migrations")
 	}
 	for i, f := range loaded {
-		if f.Version != i+1 || len(f.SHA256) != 64 {
+		if f.Version != i+1 || len(f.SHA256) != 64 || f.Module == "" {
 			t.Errorf("file %d: %+v", i, f)
 		}
 	}
 }
 
+// TestLoad_MergesModulesInGlobalOrder: the files of several modules and the
+// platform-wide ones make one order by version, whatever folder each is in.
+func TestLoad_MergesModulesInGlobalOrder(t *testing.T) {
+	t.Parallel()
+	loaded, err := migrate.Load(migrate.Set{Sources: []migrate.Source{
+		{Module: "beta", FS: folder("000002_b_one.sql", "000005_b_two.sql")},
+		{FS: folder("000004_shared.sql")},
+		{Module: "alpha", FS: folder("000001_a_one.sql", "000003_a_two.sql", "000006_a_three.sql")},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i, f := range loaded {
+		if f.Version != i+1 {
+			t.Errorf("file %d has version %d", i, f.Version)
+		}
+		got = append(got, f.Module+":"+f.Name)
+	}
+	want := []string{
+		"alpha:000001_alpha_a_one.sql", "beta:000002_beta_b_one.sql", "alpha:000003_alpha_a_two.sql",
+		":000004_shared.sql", "beta:000005_beta_b_two.sql", "alpha:000006_alpha_a_three.sql",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Load =\n%q\nwant\n%q", got, want)
+	}
+}
+
+// TestLoad_RefusesDuplicateNumberAcrossModules: numbers are global, so two
+// modules may not both take one.
+func TestLoad_RefusesDuplicateNumberAcrossModules(t *testing.T) {
+	t.Parallel()
+	_, err := migrate.Load(migrate.Set{Sources: []migrate.Source{
+		{Module: "alpha", FS: folder("000001_a_one.sql", "000002_a_two.sql")},
+		{Module: "beta", FS: folder("000002_b_one.sql")},
+	}})
+	if err == nil || !strings.Contains(err.Error(), "same version") ||
+		!strings.Contains(err.Error(), "alpha/migrations/000002_a_two.sql") || !strings.Contains(err.Error(), "beta/migrations/000002_b_one.sql") {
+		t.Errorf("Load = %v, want a duplicate version naming both files", err)
+	}
+}
+
+// TestLoad_RefusesGapAcrossModules: a number no module took is a gap, even
+// when each module's own files leave gaps for the others'.
+func TestLoad_RefusesGapAcrossModules(t *testing.T) {
+	t.Parallel()
+	_, err := migrate.Load(migrate.Set{Sources: []migrate.Source{
+		{Module: "alpha", FS: folder("000001_a_one.sql", "000004_a_two.sql")},
+		{Module: "beta", FS: folder("000002_b_one.sql")},
+	}})
+	if err == nil || !strings.Contains(err.Error(), "expected version 000003") || !strings.Contains(err.Error(), "000004_a_two.sql") {
+		t.Errorf("Load = %v, want a gap at 000003", err)
+	}
+}
+
 func TestLoad_RejectsBadNamesAndSequences(t *testing.T) {
 	t.Parallel()
-	for name, names := range map[string][]string{
-		"Gap":                {"000001_a_x.sql", "000003_a_y.sql"},
-		"Duplicate":          {"000001_a_x.sql", "000001_b_y.sql"},
-		"NotFromOne":         {"000002_a_x.sql"},
-		"UpperCase":          {"000001_Admin_x.sql"},
-		"ShortVersion":       {"1_admin_x.sql"},
-		"NoWhat":             {"000001_admin.sql"},
-		"ModuleWithDigit1st": {"000001_1admin_x.sql"},
+	for name, set := range map[string]migrate.Set{
+		"Gap":             {Sources: []migrate.Source{{Module: "a", FS: folder("000001_x.sql", "000003_y.sql")}}},
+		"Duplicate":       {Sources: []migrate.Source{{Module: "a", FS: folder("000001_x.sql")}, {Module: "b", FS: folder("000001_y.sql")}}},
+		"NotFromOne":      {Sources: []migrate.Source{{Module: "a", FS: folder("000002_x.sql")}}},
+		"UpperCase":       {Sources: []migrate.Source{{Module: "a", FS: folder("000001_X.sql")}}},
+		"ShortVersion":    {Sources: []migrate.Source{{Module: "a", FS: folder("1_x.sql")}}},
+		"NoWhat":          {Sources: []migrate.Source{{Module: "a", FS: folder("000001.sql")}}},
+		"BadModuleID":     {Sources: []migrate.Source{{Module: "1admin", FS: folder("000001_x.sql")}}},
+		"NoFolder":        {Sources: []migrate.Source{{Module: "a", FS: fstest.MapFS{"x/000001_x.sql": {}}}, {Module: "b", FS: os.DirFS("no-such-dir")}}},
+		"RenamedToNoFile": {Sources: []migrate.Source{{Module: "a", FS: folder("000001_x.sql")}}, Renamed: map[string]string{"000001_b_x.sql": "000001_a_y.sql"}},
+		"RenamedVersion":  {Sources: []migrate.Source{{Module: "a", FS: folder("000001_x.sql")}}, Renamed: map[string]string{"000002_b_x.sql": "000001_a_x.sql"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			fsys := fstest.MapFS{}
-			for _, n := range names {
-				fsys[n] = &fstest.MapFile{Data: []byte("SELECT 1;")}
-			}
-			if _, err := migrate.Load(fsys); err == nil || !strings.HasPrefix(err.Error(), "migrate: ") {
-				t.Errorf("Load(%v) = %v, want an error", names, err)
+			if _, err := migrate.Load(set); err == nil || !strings.HasPrefix(err.Error(), "migrate: ") {
+				t.Errorf("Load = %v, want an error", err)
 			}
 		})
 	}
@@ -135,10 +224,13 @@ func TestLoad_RejectsBadNamesAndSequences(t *testing.T) {
 
 func TestLoad_IgnoresOtherFiles(t *testing.T) {
 	t.Parallel()
-	fsys := files(fileA)
-	fsys["README.md"] = &fstest.MapFile{Data: []byte("notes")}
-	fsys["old/000009_x_y.sql"] = &fstest.MapFile{Data: []byte("SELECT 1;")}
-	loaded, err := migrate.Load(fsys)
+	fsys := fstest.MapFS{
+		"000001_things.sql":  {Data: []byte(sqlA)},
+		"README.md":          {Data: []byte("notes")},
+		"old/000009_y.sql":   {Data: []byte("SELECT 1;")},
+		"000009_x_y.sql.bak": {Data: []byte("SELECT 1;")},
+	}
+	loaded, err := migrate.Load(migrate.Set{Sources: []migrate.Source{{Module: "alpha", FS: fsys}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +331,7 @@ func TestUp_ConcurrentCallsApplyEachFileOnce(t *testing.T) {
 		defer pool.Close()
 		wg.Go(func() {
 			<-start
-			results[i], errs[i] = migrate.Up(ctx, pool, fsys)
+			results[i], errs[i] = migrate.Up(ctx, pool, set(fsys))
 		})
 	}
 	close(start)
@@ -264,7 +356,7 @@ func TestUp_RefusesChangedFile(t *testing.T) {
 	tampered := files(fileA, fileB)
 	tampered[fileA] = &fstest.MapFile{Data: []byte(strings.Replace(sqlA, "'one'", "'uno'", 1))}
 
-	_, err := migrate.Up(context.Background(), pool, tampered)
+	_, err := migrate.Up(context.Background(), pool, set(tampered))
 	if !errors.Is(err, migrate.ErrChanged) {
 		t.Fatalf("Up = %v, want ErrChanged", err)
 	}
@@ -273,7 +365,7 @@ func TestUp_RefusesChangedFile(t *testing.T) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
 	}
-	if err := migrate.Check(context.Background(), pool, tampered); !errors.Is(err, migrate.ErrChanged) {
+	if err := migrate.Check(context.Background(), pool, set(tampered)); !errors.Is(err, migrate.ErrChanged) {
 		t.Errorf("Check = %v, want ErrChanged", err)
 	}
 	if got := states(t, pool, tampered); got[fileA] != migrate.StateChanged || got[fileB] != migrate.StateApplied {
@@ -287,12 +379,12 @@ func TestUp_RefusesUnknownAppliedVersion(t *testing.T) {
 	up(t, pool, files(fileA, fileB))
 	older := files(fileA)
 
-	_, err := migrate.Up(context.Background(), pool, older)
+	_, err := migrate.Up(context.Background(), pool, set(older))
 	if !errors.Is(err, migrate.ErrUnknown) || !strings.Contains(err.Error(), "database has migration 2 ") ||
 		!strings.Contains(err.Error(), "upgrade orbit") {
 		t.Fatalf("Up = %v, want ErrUnknown naming migration 2", err)
 	}
-	if err := migrate.Check(context.Background(), pool, older); !errors.Is(err, migrate.ErrUnknown) {
+	if err := migrate.Check(context.Background(), pool, set(older)); !errors.Is(err, migrate.ErrUnknown) {
 		t.Errorf("Check = %v, want ErrUnknown", err)
 	}
 	if got := states(t, pool, older); got[fileA] != migrate.StateApplied || got[fileB] != migrate.StateUnknown {
@@ -306,7 +398,7 @@ func TestUp_RefusesHalfAppliedFile(t *testing.T) {
 	broken := files(fileA)
 	broken[fileB] = &fstest.MapFile{Data: []byte("CREATE TABLE more_things (id INT PRIMARY KEY);\nALTER TABLE nowhere ADD COLUMN x INT;\n")}
 
-	_, err := migrate.Up(context.Background(), pool, broken)
+	_, err := migrate.Up(context.Background(), pool, set(broken))
 	if err == nil || !strings.Contains(err.Error(), "statement 2 of 2") || !strings.Contains(err.Error(), "half-applied") {
 		t.Fatalf("Up = %v, want statement 2 to fail", err)
 	}
@@ -316,13 +408,13 @@ func TestUp_RefusesHalfAppliedFile(t *testing.T) {
 	}
 
 	for name, fsys := range map[string]fstest.MapFS{"SameFile": broken, "FixedFile": files(fileA, fileB)} {
-		_, err := migrate.Up(context.Background(), pool, fsys)
+		_, err := migrate.Up(context.Background(), pool, set(fsys))
 		if !errors.Is(err, migrate.ErrHalfApplied) || !strings.Contains(err.Error(), fileB) ||
 			!strings.Contains(err.Error(), "by hand") {
 			t.Errorf("%s: Up = %v, want ErrHalfApplied naming %s", name, err, fileB)
 		}
 	}
-	if err := migrate.Check(context.Background(), pool, broken); !errors.Is(err, migrate.ErrHalfApplied) {
+	if err := migrate.Check(context.Background(), pool, set(broken)); !errors.Is(err, migrate.ErrHalfApplied) {
 		t.Errorf("Check = %v, want ErrHalfApplied", err)
 	}
 	if got := states(t, pool, broken); got[fileA] != migrate.StateApplied || got[fileB] != migrate.StateApplying {
@@ -337,7 +429,7 @@ func TestUp_FailedFirstStatementCanBeRetried(t *testing.T) {
 	pool, _ := setup(t)
 	broken := files(fileA)
 	broken[fileB] = &fstest.MapFile{Data: []byte("CREATE TABLE more_things (id INT PRIMARY KEY) ENGINE=NoSuchEngine;\n")}
-	_, err := migrate.Up(context.Background(), pool, broken)
+	_, err := migrate.Up(context.Background(), pool, set(broken))
 	if err == nil || !strings.Contains(err.Error(), "nothing was applied") {
 		t.Fatalf("Up = %v, want statement 1 to fail", err)
 	}
@@ -354,17 +446,17 @@ func TestCheck_ReportsBehind(t *testing.T) {
 	pool, _ := setup(t)
 	ctx := context.Background()
 
-	err := migrate.Check(ctx, pool, files(fileA, fileB))
+	err := migrate.Check(ctx, pool, set(files(fileA, fileB)))
 	if !errors.Is(err, migrate.ErrBehind) || !strings.Contains(err.Error(), fileA) || !strings.Contains(err.Error(), fileB) {
 		t.Errorf("Check on an empty database = %v, want ErrBehind listing both files", err)
 	}
 	up(t, pool, files(fileA))
-	err = migrate.Check(ctx, pool, files(fileA, fileB))
+	err = migrate.Check(ctx, pool, set(files(fileA, fileB)))
 	if !errors.Is(err, migrate.ErrBehind) || strings.Contains(err.Error(), fileA) || !strings.Contains(err.Error(), fileB) {
 		t.Errorf("Check with one file pending = %v, want ErrBehind listing %s only", err, fileB)
 	}
 	up(t, pool, files(fileA, fileB))
-	if err := migrate.Check(ctx, pool, files(fileA, fileB)); err != nil {
+	if err := migrate.Check(ctx, pool, set(files(fileA, fileB))); err != nil {
 		t.Errorf("Check when up to date = %v", err)
 	}
 }
@@ -393,13 +485,13 @@ func TestCheck_MigrationInProgressIsBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := migrate.Check(ctx, pool, files(fileA, fileB)); !errors.Is(err, migrate.ErrBehind) {
+	if err := migrate.Check(ctx, pool, set(files(fileA, fileB))); !errors.Is(err, migrate.ErrBehind) {
 		t.Errorf("Check during a migration = %v, want ErrBehind", err)
 	}
 	if _, err := conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", "orbit_migrate:"+cfg.DBName); err != nil {
 		t.Fatal(err)
 	}
-	if err := migrate.Check(ctx, pool, files(fileA, fileB)); !errors.Is(err, migrate.ErrHalfApplied) {
+	if err := migrate.Check(ctx, pool, set(files(fileA, fileB))); !errors.Is(err, migrate.ErrHalfApplied) {
 		t.Errorf("Check after the migration ended = %v, want ErrHalfApplied", err)
 	}
 }
@@ -408,13 +500,13 @@ func TestStatus_FreshThenApplied(t *testing.T) {
 	t.Parallel()
 	pool, _ := setup(t)
 	fsys := files(fileA, fileB)
-	st, err := migrate.Status(context.Background(), pool, fsys)
+	st, err := migrate.Status(context.Background(), pool, set(fsys))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []migrate.FileStatus{
-		{Version: 1, Name: fileA, State: migrate.StatePending},
-		{Version: 2, Name: fileB, State: migrate.StatePending},
+		{Version: 1, Name: fileA, Module: "alpha", State: migrate.StatePending},
+		{Version: 2, Name: fileB, Module: "beta", State: migrate.StatePending},
 	}
 	if !reflect.DeepEqual(st, want) {
 		t.Errorf("Status on an empty database = %+v", st)
@@ -422,7 +514,7 @@ func TestStatus_FreshThenApplied(t *testing.T) {
 
 	before := db.Now().Add(-time.Second)
 	up(t, pool, fsys)
-	st, err = migrate.Status(context.Background(), pool, fsys)
+	st, err = migrate.Status(context.Background(), pool, set(fsys))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +539,7 @@ func TestUp_NeedsADatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := migrate.Up(context.Background(), pool, files(fileA)); err == nil || !strings.Contains(err.Error(), "no database") {
+	if _, err := migrate.Up(context.Background(), pool, set(files(fileA))); err == nil || !strings.Contains(err.Error(), "no database") {
 		t.Errorf("Up without a database = %v", err)
 	}
 }
@@ -459,18 +551,18 @@ func TestPlatformMigrations_ApplyCleanly(t *testing.T) {
 	t.Parallel()
 	pool, _ := setup(t)
 	ctx := context.Background()
-	loaded, err := migrate.Load(migrations.Files)
+	loaded, err := migrate.Load(modules.Migrations())
 	if err != nil {
 		t.Fatal(err)
 	}
-	applied, err := migrate.Up(ctx, pool, migrations.Files)
+	applied, err := migrate.Up(ctx, pool, modules.Migrations())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(applied) != len(loaded) {
 		t.Errorf("applied %d of %d files", len(applied), len(loaded))
 	}
-	if err := migrate.Check(ctx, pool, migrations.Files); err != nil {
+	if err := migrate.Check(ctx, pool, modules.Migrations()); err != nil {
 		t.Errorf("Check after Up: %v", err)
 	}
 

@@ -18,7 +18,7 @@ import (
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/migrate"
 	"github.com/orbitrun/orbit/internal/mysqld"
-	"github.com/orbitrun/orbit/migrations"
+	"github.com/orbitrun/orbit/modules"
 )
 
 // one temporary server for the whole test binary, the platform in
@@ -149,7 +149,7 @@ func (h *harness) setup() error {
 	if env.platform, err = db.Open(ctx, h.dsn(platformDatabase)); err != nil {
 		return err
 	}
-	if _, err := migrate.Up(ctx, env.platform, migrations.Files); err != nil {
+	if _, err := migrate.Up(ctx, env.platform, modules.Migrations()); err != nil {
 		return fmt.Errorf("migrate %s: %w", platformDatabase, err)
 	}
 

@@ -26,8 +26,8 @@ import (
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/migrate"
 	"github.com/orbitrun/orbit/internal/testkit/testdb"
-	"github.com/orbitrun/orbit/migrations"
 	"github.com/orbitrun/orbit/modules"
 )
 
@@ -93,34 +93,45 @@ func privateDir(t *testing.T) string {
 	return dir
 }
 
-// migrationNames returns the names of the embedded migration files, in order.
-func migrationNames(t *testing.T) []string {
+// migrationNames returns the recorded names of the binary's migration files,
+// in order, and the module of each.
+func migrationNames(t *testing.T) ([]string, map[string]string) {
 	t.Helper()
-	names, err := fs.Glob(migrations.Files, "*.sql")
-	if err != nil || len(names) == 0 {
-		t.Fatalf("no migrations embedded: %v", err)
+	files, err := migrate.Load(modules.Migrations())
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no migrations: %v", err)
 	}
-	slices.Sort(names)
-	return names
+	var names []string
+	owners := map[string]string{}
+	for _, f := range files {
+		names = append(names, f.Name)
+		owners[f.Name] = f.Module
+	}
+	return names, owners
 }
 
-// statusStates parses `orbit migrate status` into file name -> state.
+// statusStates parses `orbit migrate status` into file name -> state, and
+// checks that each line names the module that owns the file.
 func statusStates(t *testing.T, out string) map[string]string {
 	t.Helper()
+	_, owners := migrationNames(t)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) == 0 || !slices.Equal(strings.Fields(lines[0]), []string{"VERSION", "NAME", "STATE", "APPLIED_AT"}) {
+	if len(lines) == 0 || !slices.Equal(strings.Fields(lines[0]), []string{"VERSION", "MODULE", "NAME", "STATE", "APPLIED_AT"}) {
 		t.Fatalf("migrate status: unexpected header in\n%s", out)
 	}
 	states := map[string]string{}
 	for _, line := range lines[1:] {
 		f := strings.Fields(line)
-		if len(f) != 4 {
+		if len(f) != 5 {
 			t.Fatalf("migrate status: malformed line %q", line)
 		}
-		states[f[1]] = f[2]
-		if f[2] == "applied" {
-			if _, err := time.Parse(time.RFC3339, f[3]); err != nil {
-				t.Errorf("migrate status: applied_at of %s: %v", f[1], err)
+		if want := owners[f[2]]; f[1] != want && !(want == "" && f[1] == "platform") {
+			t.Errorf("migrate status: %s belongs to %q, want %q", f[2], f[1], want)
+		}
+		states[f[2]] = f[3]
+		if f[3] == "applied" {
+			if _, err := time.Parse(time.RFC3339, f[4]); err != nil {
+				t.Errorf("migrate status: applied_at of %s: %v", f[2], err)
 			}
 		}
 	}
@@ -130,7 +141,7 @@ func statusStates(t *testing.T, out string) map[string]string {
 func TestMigrateUpAndStatus(t *testing.T) {
 	t.Parallel()
 	cfg, _ := setup(t, testdb.NewEmpty(t))
-	names := migrationNames(t)
+	names, _ := migrationNames(t)
 
 	out, err := orbit(t, "migrate", "status", "--config", cfg)
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/migrate"
 	"github.com/orbitrun/orbit/internal/mysqld"
-	"github.com/orbitrun/orbit/migrations"
+	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/admin"
 )
 
@@ -148,7 +148,7 @@ func ensureDevCredentials(ctx context.Context, cfg *config.Config, path string) 
 		return err
 	}
 	defer pool.Close()
-	if _, err := migrate.Up(ctx, pool, migrations.Files); err != nil {
+	if _, err := migrate.Up(ctx, pool, modules.Migrations()); err != nil {
 		return err
 	}
 	if f, err := admin.ReadCredentialsFile(path); err == nil {

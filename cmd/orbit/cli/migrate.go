@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orbitrun/orbit/internal/migrate"
-	"github.com/orbitrun/orbit/migrations"
+	"github.com/orbitrun/orbit/modules"
 )
 
 func migrateCommand(app *App) *cobra.Command {
@@ -26,7 +26,7 @@ func migrateCommand(app *App) *cobra.Command {
 				return err
 			}
 			defer pool.Close()
-			applied, err := migrate.Up(cmd.Context(), pool, migrations.Files)
+			applied, err := migrate.Up(cmd.Context(), pool, modules.Migrations())
 			for _, name := range applied {
 				fmt.Fprintf(cmd.OutOrStdout(), "applied %s\n", name)
 			}
@@ -41,7 +41,7 @@ func migrateCommand(app *App) *cobra.Command {
 	}
 	status := &cobra.Command{
 		Use:   "status",
-		Short: "List every migration and its state",
+		Short: "List every migration, the module that owns it, and its state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := app.LoadConfig(cmd)
@@ -53,18 +53,25 @@ func migrateCommand(app *App) *cobra.Command {
 				return err
 			}
 			defer pool.Close()
-			files, err := migrate.Status(cmd.Context(), pool, migrations.Files)
+			files, err := migrate.Status(cmd.Context(), pool, modules.Migrations())
 			if err != nil {
 				return err
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "VERSION\tNAME\tSTATE\tAPPLIED_AT")
+			fmt.Fprintln(tw, "VERSION\tMODULE\tNAME\tSTATE\tAPPLIED_AT")
 			for _, f := range files {
 				at := "-"
 				if f.AppliedAt != nil {
 					at = f.AppliedAt.UTC().Format("2006-01-02T15:04:05Z")
 				}
-				fmt.Fprintf(tw, "%06d\t%s\t%s\t%s\n", f.Version, f.Name, f.State, at)
+				module := f.Module
+				switch {
+				case f.State == migrate.StateUnknown:
+					module = "-" // a file this binary lacks: its owner is unknown too
+				case module == "":
+					module = "platform"
+				}
+				fmt.Fprintf(tw, "%06d\t%s\t%s\t%s\t%s\n", f.Version, module, f.Name, f.State, at)
 			}
 			return tw.Flush()
 		},

@@ -18,7 +18,6 @@ import (
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/migrate"
-	"github.com/orbitrun/orbit/migrations"
 	"github.com/orbitrun/orbit/modules"
 )
 
@@ -128,7 +127,7 @@ func (a *App) Open(cmd *cobra.Command) (*modules.Env, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := migrate.Check(cmd.Context(), pool, migrations.Files); err != nil {
+	if err := migrate.Check(cmd.Context(), pool, modules.Migrations()); err != nil {
 		pool.Close()
 		return nil, nil, fmt.Errorf("%w (run: orbit migrate up)", err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/orbitrun/orbit/cmd/orbit/server"
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/migrate"
-	"github.com/orbitrun/orbit/migrations"
+	"github.com/orbitrun/orbit/modules"
 )
 
 func serveCommand(app *App) *cobra.Command {
@@ -51,7 +51,7 @@ func (app *App) serve(ctx context.Context, cmd *cobra.Command, cfg *config.Confi
 	}
 	defer pool.Close()
 	if cfg.Database.Migrate {
-		applied, err := migrate.Up(ctx, pool, migrations.Files)
+		applied, err := migrate.Up(ctx, pool, modules.Migrations())
 		if err != nil {
 			return err
 		}
@@ -59,7 +59,7 @@ func (app *App) serve(ctx context.Context, cmd *cobra.Command, cfg *config.Confi
 			logger.Info("migration applied", "file", name)
 		}
 	}
-	if err := migrate.Check(ctx, pool, migrations.Files); err != nil {
+	if err := migrate.Check(ctx, pool, modules.Migrations()); err != nil {
 		if errors.Is(err, migrate.ErrBehind) {
 			return fmt.Errorf("%w (run: orbit migrate up, or serve with --migrate)", err)
 		}

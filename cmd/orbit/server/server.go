@@ -18,7 +18,6 @@ import (
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/migrate"
-	"github.com/orbitrun/orbit/migrations"
 	"github.com/orbitrun/orbit/modules"
 )
 
@@ -206,7 +205,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeUnavailable, "database unreachable"))
 		return
 	}
-	if err := migrate.Check(ctx, s.db, migrations.Files); err != nil {
+	if err := migrate.Check(ctx, s.db, modules.Migrations()); err != nil {
 		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeUnavailable, "schema is not current: %s", firstLine(err)))
 		return
 	}

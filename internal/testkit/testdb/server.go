@@ -9,7 +9,6 @@ import (
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/migrate"
 	"github.com/orbitrun/orbit/internal/mysqld"
-	"github.com/orbitrun/orbit/migrations"
 )
 
 // privateDatabase is the one database of a private server.
@@ -74,7 +73,11 @@ func NewServer(t testing.TB) *Server {
 		t.Fatalf("testdb: %v", err)
 	}
 	defer pool.Close()
-	if _, err := migrate.Up(ctx, pool, migrations.Files); err != nil {
+	set, err := schema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrate.Up(ctx, pool, set); err != nil {
 		t.Fatalf("testdb: migrate: %v", err)
 	}
 	return &Server{Server: srv, DSN: dsn}

@@ -9,7 +9,14 @@
 // never skipped.
 //
 // The platform migrations run once per test binary into a template database;
-// each test then gets a copy of its tables, which takes milliseconds. Every
+// each test then gets a copy of its tables, which takes milliseconds. They are
+// the migrations of every module linked into the test binary
+// (modules.Migrations), so a package whose tests do not link every module
+// already adds a _test.go file with
+//
+//	import _ "github.com/orbitrun/orbit/modules/all"
+//
+// (an external test package, package x_test, where x is a module). Every
 // package that uses testdb stops the server and removes its files from
 // TestMain:
 //
@@ -45,7 +52,7 @@ import (
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/migrate"
 	"github.com/orbitrun/orbit/internal/mysqld"
-	"github.com/orbitrun/orbit/migrations"
+	"github.com/orbitrun/orbit/modules"
 )
 
 // EnvDSN names the environment variable with the DSN of a server to use
@@ -239,7 +246,11 @@ func setup() (_ *harness, err error) {
 		return nil, fmt.Errorf("testdb: %w", err)
 	}
 	defer tpl.Close()
-	if _, err := migrate.Up(ctx, tpl, migrations.Files); err != nil {
+	set, err := schema()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := migrate.Up(ctx, tpl, set); err != nil {
 		return nil, fmt.Errorf("testdb: migrate template: %w", err)
 	}
 	rows, err := h.admin.QueryContext(ctx, `SELECT TABLE_NAME FROM information_schema.TABLES
@@ -259,6 +270,20 @@ func setup() (_ *harness, err error) {
 		return nil, fmt.Errorf("testdb: list template tables: %w", err)
 	}
 	return h, nil
+}
+
+// schema returns the migrations of the modules linked into the test binary,
+// or an error saying what to import when that is not every module.
+func schema() (migrate.Set, error) {
+	const hint = `link every module into the test binary: a _test.go file with import _ "github.com/orbitrun/orbit/modules/all"`
+	set := modules.Migrations()
+	if len(modules.Registered()) == 0 {
+		return set, fmt.Errorf("testdb: no module is registered; %s", hint)
+	}
+	if _, err := migrate.Load(set); err != nil {
+		return set, fmt.Errorf("testdb: %w; %s", err, hint)
+	}
+	return set, nil
 }
 
 // startServer starts a throwaway server in a new temporary directory.

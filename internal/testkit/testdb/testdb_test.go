@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orbitrun/orbit/internal/migrate"
-	"github.com/orbitrun/orbit/migrations"
+	"github.com/orbitrun/orbit/modules"
 )
 
 func TestMain(m *testing.M) {
@@ -70,7 +70,7 @@ func tables(t *testing.T, pool *sql.DB) []string {
 func TestNew_IsFullyMigrated(t *testing.T) {
 	t.Parallel()
 	pool := New(t)
-	if err := migrate.Check(context.Background(), pool, migrations.Files); err != nil {
+	if err := migrate.Check(context.Background(), pool, modules.Migrations()); err != nil {
 		t.Fatalf("Check: %v", err)
 	}
 	got := tables(t, pool)

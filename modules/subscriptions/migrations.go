@@ -1,0 +1,19 @@
+package subscriptions
+
+import (
+	"embed"
+	"io/fs"
+
+	"github.com/orbitrun/orbit/modules"
+)
+
+// migrationFiles holds the schema of the tables the subscriptions module owns
+// (subscriptions, their changes, event deliveries, acks, retries and event sessions).
+//
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations returns the module's schema files, under migrations/.
+func (*Module) Migrations() fs.FS { return migrationFiles }
+
+var _ modules.Migrator = (*Module)(nil)
