@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"time"
 
+	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/batch"
 	"github.com/orbitrun/orbit/modules/subscriptions"
 )
@@ -30,12 +31,13 @@ const (
 // ackRequest is one event.ack waiting for its batch.
 type ackRequest = batch.Request[subscriptions.AckParams, subscriptions.AckOutcome]
 
-// newAckBatcher returns the node's ACK batcher; acked runs after a batch
-// that acknowledged at least one delivery, before its ACKs are answered.
-func newAckBatcher(pool *sql.DB, acked func()) *batch.Batcher[*ackRequest] {
+// newAckBatcher returns the node's ACK batcher, which checks each ACK's
+// grant with grants; acked runs after a batch that acknowledged at least
+// one delivery, before its ACKs are answered.
+func newAckBatcher(pool *sql.DB, grants auth.GrantChecker, acked func()) *batch.Batcher[*ackRequest] {
 	return batch.New(ackFlushers, maxAckBatch, func(requests []*ackRequest) {
 		batch.Record(requests, ackTimeout, func(ctx context.Context, params []*subscriptions.AckParams) ([]subscriptions.AckOutcome, error) {
-			outcomes, err := subscriptions.AckBatch(ctx, pool, params)
+			outcomes, err := subscriptions.AckBatch(ctx, pool, grants, params)
 			for _, o := range outcomes {
 				if o.Err == nil && !o.Result.Deduplicated {
 					acked()

@@ -87,7 +87,7 @@ type Module struct {
 	cfg    Config
 	subs   *subscriptions.Module
 	tasks  *tasks.Module
-	auth   *auth.Authenticator
+	auth   auth.Authenticator
 	entry  *wsx.Entry
 	pool   *ClaimPool
 	acks   *batch.Batcher[*ackRequest]
@@ -153,9 +153,13 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 		return fmt.Errorf("events: the tasks module is not running")
 	}
 	m.subs, m.tasks = s, t
-	m.auth = auth.NewAuthenticator(env.DB)
+	a, err := modules.Require[auth.Authenticator](env, "admin")
+	if err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
+	m.auth = a
 	m.logger = env.Logger.With("module", "events")
-	m.acks = newAckBatcher(env.DB, s.MaterializeSoon)
+	m.acks = newAckBatcher(env.DB, m.auth, s.MaterializeSoon)
 	m.pool = NewClaimPool(m.cfg.ClaimsInFlight, m.cfg.ClaimsPerApp, m.cfg.ClaimsQueued, m.cfg.ClaimsPerRound)
 	entry, err := wsx.NewEntry(wsx.Config{
 		Subprotocol:   Subprotocol,

@@ -513,7 +513,7 @@ func (s *session) claim(ctx context.Context, app string, materialize bool) ([]su
 			return nil, err
 		}
 	}
-	return subscriptions.Claim(ctx, pool, &subscriptions.ClaimParams{
+	return subscriptions.Claim(ctx, pool, s.m.auth, &subscriptions.ClaimParams{
 		SessionID: s.id, Grant: s.grant(), LeaseDuration: s.m.cfg.LeaseDuration, RecoverBatch: claimRecoverBatch,
 	})
 }

@@ -51,7 +51,7 @@ type Config struct {
 type Module struct {
 	cfg    Config
 	db     *sql.DB
-	auth   *auth.Authenticator
+	auth   auth.Authenticator
 	tasks  *tasks.Module
 	logger *slog.Logger
 
@@ -103,7 +103,11 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.tasks = t
 	t.Guard = RetentionGuard
 	m.db = env.DB
-	m.auth = auth.NewAuthenticator(env.DB)
+	a, err := modules.Require[auth.Authenticator](env, "admin")
+	if err != nil {
+		return fmt.Errorf("subscriptions: %w", err)
+	}
+	m.auth = a
 	m.logger = env.Logger.With("module", "subscriptions")
 	return nil
 }

@@ -28,11 +28,11 @@ const (
 
 func (m *Module) routes(r *mux.Router) {
 	a := m.auth
-	r.Handle("/v1/tasks", a.Require(auth.PermTasksSubmit, http.HandlerFunc(m.submit))).Methods(http.MethodPost)
-	r.Handle("/v1/tasks", a.Require(auth.PermTasksRead, http.HandlerFunc(m.list))).Methods(http.MethodGet)
-	r.Handle("/v1/tasks/{id}", a.Require(auth.PermTasksRead, http.HandlerFunc(m.get))).Methods(http.MethodGet)
-	r.Handle("/v1/tasks/{id}:cancel", a.Require(auth.PermTasksCancel, http.HandlerFunc(m.cancel))).Methods(http.MethodPost)
-	r.Handle("/v1/tasks/{id}:review", a.Require(auth.PermTasksReview, http.HandlerFunc(m.review))).Methods(http.MethodPost)
+	r.Handle("/v1/tasks", auth.Require(a, auth.PermTasksSubmit, http.HandlerFunc(m.submit))).Methods(http.MethodPost)
+	r.Handle("/v1/tasks", auth.Require(a, auth.PermTasksRead, http.HandlerFunc(m.list))).Methods(http.MethodGet)
+	r.Handle("/v1/tasks/{id}", auth.Require(a, auth.PermTasksRead, http.HandlerFunc(m.get))).Methods(http.MethodGet)
+	r.Handle("/v1/tasks/{id}:cancel", auth.Require(a, auth.PermTasksCancel, http.HandlerFunc(m.cancel))).Methods(http.MethodPost)
+	r.Handle("/v1/tasks/{id}:review", auth.Require(a, auth.PermTasksReview, http.HandlerFunc(m.review))).Methods(http.MethodPost)
 }
 
 type submitRequest struct {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 )
@@ -14,15 +15,18 @@ import (
 // Store reads and writes tasks, their attempts and the result log. Every
 // state change and its log row are written in one transaction.
 type Store struct {
-	db *sql.DB
+	db     *sql.DB
+	grants auth.GrantChecker
 	// Backoff returns the delay before a failed idempotent task is offered
 	// again, given the attempts used so far.
 	Backoff func(attempts int) time.Duration
 }
 
-// NewStore returns a Store with exponential retry backoff between min and max.
-func NewStore(pool *sql.DB, backoffMin, backoffMax time.Duration) *Store {
-	return &Store{db: pool, Backoff: func(attempts int) time.Duration {
+// NewStore returns a Store with exponential retry backoff between min and
+// max. Leases and completions check their credential's grant with grants
+// (the admin module's) inside their own transaction.
+func NewStore(pool *sql.DB, grants auth.GrantChecker, backoffMin, backoffMax time.Duration) *Store {
+	return &Store{db: pool, grants: grants, Backoff: func(attempts int) time.Duration {
 		d := backoffMin
 		for i := 1; i < attempts && d < backoffMax; i++ {
 			d *= 2

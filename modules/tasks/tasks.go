@@ -54,7 +54,7 @@ type Config struct {
 type Module struct {
 	cfg    Config
 	store  *Store
-	auth   *auth.Authenticator
+	auth   auth.Authenticator
 	logger *slog.Logger
 
 	// Submitted is notified after a task becomes PENDING on this node, so
@@ -106,10 +106,14 @@ func (m *Module) Validate() error {
 	return p.Err()
 }
 
-// Provision builds the store.
+// Provision builds the store on the admin module's identity.
 func (m *Module) Provision(_ context.Context, env *modules.Env) error {
-	m.store = NewStore(env.DB, m.cfg.RetryBackoffMin, m.cfg.RetryBackoffMax)
-	m.auth = auth.NewAuthenticator(env.DB)
+	a, err := modules.Require[auth.Authenticator](env, "admin")
+	if err != nil {
+		return fmt.Errorf("tasks: %w", err)
+	}
+	m.auth = a
+	m.store = NewStore(env.DB, a, m.cfg.RetryBackoffMin, m.cfg.RetryBackoffMax)
 	m.logger = env.Logger.With("module", "tasks")
 	return nil
 }
