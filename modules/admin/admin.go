@@ -1,16 +1,18 @@
 // Package admin is the identity module: namespaces, applications,
-// environments, queues, credentials, permissions and queue grants. It serves
-// `GET /v1/credential`, provides the `orbit admin` commands, and offers the
-// other modules auth.Authenticator.
+// environments, queues, credentials, permissions, queue grants and the audit
+// log. It serves `GET /v1/credential`, provides the `orbit admin` commands,
+// and offers the other modules auth.Authenticator and audit.Writer.
 package admin
 
 import (
 	"context"
+	"database/sql"
 	"net/http"
 
 	"github.com/gorilla/mux"
 	"github.com/spf13/cobra"
 
+	"github.com/orbitrun/orbit/internal/audit"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/modules"
@@ -48,6 +50,12 @@ func (m *Module) Authenticate(ctx context.Context, header string) (*auth.Princip
 // (auth.GrantChecker). It is called after Provision.
 func (m *Module) CheckGrants(ctx context.Context, q auth.Querier, grants []auth.Grant) ([]error, error) {
 	return m.store.CheckGrants(ctx, q, grants)
+}
+
+// Audit appends r to the audit log inside tx (audit.Writer). It is called
+// after Provision.
+func (m *Module) Audit(ctx context.Context, tx *sql.Tx, r audit.Record) error {
+	return m.store.Audit(ctx, tx, r)
 }
 
 // Routes mounts GET /v1/credential.
@@ -98,4 +106,5 @@ var (
 	_ modules.Router      = (*Module)(nil)
 	_ modules.Commander   = (*Module)(nil)
 	_ auth.Authenticator  = (*Module)(nil)
+	_ audit.Writer        = (*Module)(nil)
 )

@@ -10,13 +10,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/orbitrun/orbit/internal/audit"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 )
 
-// Store reads and writes the identity tables. It implements
-// auth.Authenticator, which the module offers to the others.
+// Store reads and writes the identity tables and the audit log. It
+// implements auth.Authenticator and audit.Writer, which the module offers
+// to the others.
 type Store struct {
 	db *sql.DB
 }
@@ -156,7 +158,7 @@ func (s *Store) CredentialCreate(ctx context.Context, p *CredentialCreateParams)
 				return err
 			}
 		}
-		return audit(ctx, tx, c.NamespaceID, "credential.create", c.ID, c.Label)
+		return s.Audit(ctx, tx, audit.Record{NamespaceID: c.NamespaceID, Action: "credential.create", SubjectID: c.ID, Reason: c.Label})
 	})
 	if err != nil {
 		return Credential{}, "", fmt.Errorf("admin: create credential: %w", err)
@@ -193,7 +195,7 @@ func (s *Store) CredentialGrantQueues(ctx context.Context, credentialID string, 
 			if _, err := tx.ExecContext(ctx, `INSERT IGNORE INTO credential_queue_grants (credential_id, queue_id) VALUES (?, ?)`, credentialID, q); err != nil {
 				return err
 			}
-			if err := audit(ctx, tx, ns, "credential.grant_queue", credentialID, q); err != nil {
+			if err := s.Audit(ctx, tx, audit.Record{NamespaceID: ns, Action: "credential.grant_queue", SubjectID: credentialID, Reason: q}); err != nil {
 				return err
 			}
 		}
@@ -221,7 +223,7 @@ func (s *Store) CredentialRevoke(ctx context.Context, credentialID, reason strin
 		if _, err := tx.ExecContext(ctx, `UPDATE credentials SET revoked_at = ? WHERE id = ?`, db.Now(), credentialID); err != nil {
 			return err
 		}
-		return audit(ctx, tx, ns, "credential.revoke", credentialID, reason)
+		return s.Audit(ctx, tx, audit.Record{NamespaceID: ns, Action: "credential.revoke", SubjectID: credentialID, Reason: reason})
 	})
 	if err != nil {
 		return fmt.Errorf("admin: revoke credential: %w", err)
@@ -285,11 +287,13 @@ func (s *Store) ScopeNames(ctx context.Context, namespaceID, applicationID, envi
 	return ns, app, env, nil
 }
 
-// audit appends one record to the audit log inside tx.
-func audit(ctx context.Context, tx *sql.Tx, namespaceID, action, subjectID, reason string) error {
+// Audit appends r to the audit log inside tx (audit.Writer). An empty
+// r.CredentialID is stored as NULL: an operator command.
+func (s *Store) Audit(ctx context.Context, tx *sql.Tx, r audit.Record) error {
 	_, err := tx.ExecContext(ctx, `
 		INSERT INTO audit_log (id, namespace_id, credential_id, action, subject_id, reason, created_at)
-		VALUES (?, ?, NULL, ?, ?, ?, ?)`, db.NewID(), namespaceID, action, subjectID, reason, db.Now())
+		VALUES (?, ?, ?, ?, ?, ?, ?)`, db.NewID(), r.NamespaceID, sql.NullString{String: r.CredentialID, Valid: r.CredentialID != ""},
+		r.Action, r.SubjectID, r.Reason, db.Now())
 	return err
 }
 
@@ -450,4 +454,7 @@ func dedupeSorted(in []string) []string {
 	return out
 }
 
-var _ auth.Authenticator = (*Store)(nil)
+var (
+	_ auth.Authenticator = (*Store)(nil)
+	_ audit.Writer       = (*Store)(nil)
+)

@@ -12,8 +12,8 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/gorilla/mux"
 
+	"github.com/orbitrun/orbit/internal/audit"
 	"github.com/orbitrun/orbit/internal/auth"
-	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/idem"
 )
@@ -209,7 +209,9 @@ func (m *Module) cancel(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		if err := audit(ctx, tx, p, "task.cancel", t.ID, reason); err != nil {
+		if err := m.audit.Audit(ctx, tx, audit.Record{
+			NamespaceID: p.NamespaceID, CredentialID: p.CredentialID, Action: "task.cancel", SubjectID: t.ID, Reason: reason,
+		}); err != nil {
 			return 0, nil, err
 		}
 		return http.StatusOK, taskReceipt{Task: after.View(false)}, nil
@@ -276,18 +278,13 @@ func (m *Module) review(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		if err := audit(ctx, tx, p, "task.review."+*req.Resolution, t.ID, *req.Reason); err != nil {
+		if err := m.audit.Audit(ctx, tx, audit.Record{
+			NamespaceID: p.NamespaceID, CredentialID: p.CredentialID, Action: "task.review." + *req.Resolution, SubjectID: t.ID, Reason: *req.Reason,
+		}); err != nil {
 			return 0, nil, err
 		}
 		return http.StatusOK, taskReceipt{Task: after.View(false)}, nil
 	})
 	m.Appended.Notify()
 	m.Submitted.Notify()
-}
-
-func audit(ctx context.Context, tx *sql.Tx, p *auth.Principal, action, subjectID, reason string) error {
-	_, err := tx.ExecContext(ctx, `
-		INSERT INTO audit_log (id, namespace_id, credential_id, action, subject_id, reason, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`, db.NewID(), p.NamespaceID, p.CredentialID, action, subjectID, reason, db.Now())
-	return err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/orbitrun/orbit/config"
+	"github.com/orbitrun/orbit/internal/audit"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/bg"
 	"github.com/orbitrun/orbit/internal/db"
@@ -55,6 +56,7 @@ type Module struct {
 	cfg    Config
 	store  *Store
 	auth   auth.Authenticator
+	audit  audit.Writer
 	logger *slog.Logger
 
 	// Submitted is notified after a task becomes PENDING on this node, so
@@ -106,13 +108,17 @@ func (m *Module) Validate() error {
 	return p.Err()
 }
 
-// Provision builds the store on the admin module's identity.
+// Provision builds the store on the admin module's identity and audit log.
 func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	a, err := modules.Require[auth.Authenticator](env, "admin")
 	if err != nil {
 		return fmt.Errorf("tasks: %w", err)
 	}
-	m.auth = a
+	w, err := modules.Require[audit.Writer](env, "admin")
+	if err != nil {
+		return fmt.Errorf("tasks: %w", err)
+	}
+	m.auth, m.audit = a, w
 	m.store = NewStore(env.DB, a, m.cfg.RetryBackoffMin, m.cfg.RetryBackoffMax)
 	m.logger = env.Logger.With("module", "tasks")
 	return nil
