@@ -177,7 +177,7 @@ func TestAckBatch_OutcomesFollowTheInputOrder(t *testing.T) {
 
 // TestAckBatch_GrantIsCheckedInTheBatch: an ACK whose credential was
 // revoked after its lease records nothing and gets the error of
-// auth.CheckGrants; so does the next claim, which leases nothing.
+// the admin module's CheckGrants; so does the next claim, which leases nothing.
 func TestAckBatch_GrantIsCheckedInTheBatch(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
