@@ -1,19 +1,18 @@
-// Package auth authenticates bearer tokens and carries the caller's
-// credential through a request (C-1 … C-4).
+// Package auth is the identity kit: the Principal a request carries (C-1 …
+// C-4), permissions, tokens and lease secrets with their digests, bearer
+// header parsing, the Require middleware, and the Authenticator interface.
 //
-// The admin module owns the identity tables; this package is their read side,
-// used by every module that serves requests.
+// The admin module owns the identity tables and implements Authenticator;
+// this package holds no SQL.
 package auth
 
 import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"database/sql"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"net/http"
 	"sort"
 	"strings"
@@ -110,13 +109,35 @@ func NewLeaseSecret() (secret string, digest [32]byte) {
 // Digest is the stored form of a token or a lease secret.
 func Digest(token string) [32]byte { return sha256.Sum256([]byte(token)) }
 
-// Authenticator resolves bearer tokens against the identity tables.
-type Authenticator struct {
-	db *sql.DB
+// Authenticator resolves callers' credentials. The admin module, which owns
+// the identity tables, implements it; every module that serves requests gets
+// it with modules.Require[auth.Authenticator](env, "admin").
+type Authenticator interface {
+	// Authenticate resolves an Authorization header value to a Principal.
+	// Every failure is ErrUnauthenticated; database failures are returned
+	// as they are. It costs one indexed read of the credential and one of
+	// its grants. Requests go through AuthenticateRequest, which refuses
+	// several headers.
+	Authenticate(ctx context.Context, header string) (*Principal, error)
+	GrantChecker
 }
 
-// NewAuthenticator returns an Authenticator reading from db.
-func NewAuthenticator(db *sql.DB) *Authenticator { return &Authenticator{db: db} }
+// GrantChecker checks that credentials still hold what an operation needs.
+type GrantChecker interface {
+	// CheckGrants reads through q (a transaction, so that the check and the
+	// operation see the same commits) whether each grant still holds, in
+	// one statement that reads each distinct grant once. For each grant it
+	// returns nil or the error a connection answers before it closes:
+	// ErrUnauthenticated for a revoked credential, PERMISSION_DENIED for a
+	// missing permission, ErrNotFound(grant.What) for a lost queue grant.
+	// The error is a database failure.
+	CheckGrants(ctx context.Context, q Querier, grants []Grant) ([]error, error)
+}
+
+// Querier is what CheckGrants reads through: a pool or a transaction.
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
 
 // ErrUnauthenticated is returned for a missing, malformed, unknown or revoked
 // token. Callers must not tell these cases apart on the wire.
@@ -133,98 +154,25 @@ func Header(h http.Header) (string, bool) {
 	return values[0], true
 }
 
-// AuthenticateRequest resolves the Authorization header of a request, which
-// must be exactly one, like Authenticate.
-func (a *Authenticator) AuthenticateRequest(ctx context.Context, h http.Header) (*Principal, error) {
+// AuthenticateRequest resolves the Authorization header of a request with
+// a. The request must have exactly one, in the Bearer scheme; anything else
+// is ErrUnauthenticated without consulting a.
+func AuthenticateRequest(ctx context.Context, a Authenticator, h http.Header) (*Principal, error) {
 	header, ok := Header(h)
 	if !ok {
+		return nil, ErrUnauthenticated
+	}
+	if _, ok := BearerToken(header); !ok {
 		return nil, ErrUnauthenticated
 	}
 	return a.Authenticate(ctx, header)
 }
 
-// Authenticate resolves an Authorization header value to a Principal. Every
-// failure is ErrUnauthenticated; database failures are returned as they are.
-// Requests go through AuthenticateRequest, which refuses several headers.
-func (a *Authenticator) Authenticate(ctx context.Context, header string) (*Principal, error) {
-	token, ok := bearerToken(header)
-	if !ok {
-		return nil, ErrUnauthenticated
-	}
-	digest := Digest(token)
-	var (
-		p       Principal
-		stored  []byte
-		revoked sql.NullTime
-	)
-	err := a.db.QueryRowContext(ctx, `
-		SELECT id, namespace_id, application_id, environment_id, token_digest, revoked_at
-		FROM credentials WHERE token_digest = ?`, digest[:]).
-		Scan(&p.CredentialID, &p.NamespaceID, &p.ApplicationID, &p.EnvironmentID, &stored, &revoked)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrUnauthenticated
-	}
-	if err != nil {
-		return nil, fmt.Errorf("auth: look up credential: %w", err)
-	}
-	if subtle.ConstantTimeCompare(stored, digest[:]) != 1 || revoked.Valid {
-		return nil, ErrUnauthenticated
-	}
-	perms, queues, err := Grants(ctx, a.db, p.CredentialID)
-	if err != nil {
-		return nil, err
-	}
-	p.Permissions, p.Queues = toSet(perms), toSet(queues)
-	return &p, nil
-}
-
-// Querier is what Grants reads through: a pool or a transaction.
-type Querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-// Grants returns a credential's permissions and queue grants, each sorted.
-func Grants(ctx context.Context, q Querier, credentialID string) (perms, queues []string, err error) {
-	rows, err := q.QueryContext(ctx, `
-		SELECT 'p', permission FROM credential_permissions WHERE credential_id = ?
-		UNION ALL
-		SELECT 'q', queue_id FROM credential_queue_grants WHERE credential_id = ?`, credentialID, credentialID)
-	if err != nil {
-		return nil, nil, fmt.Errorf("auth: load grants: %w", err)
-	}
-	defer rows.Close()
-	perms, queues = []string{}, []string{}
-	for rows.Next() {
-		var kind, value string
-		if err := rows.Scan(&kind, &value); err != nil {
-			return nil, nil, fmt.Errorf("auth: load grants: %w", err)
-		}
-		if kind == "p" {
-			perms = append(perms, value)
-		} else {
-			queues = append(queues, value)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("auth: load grants: %w", err)
-	}
-	sort.Strings(perms)
-	sort.Strings(queues)
-	return perms, queues, nil
-}
-
-func toSet(values []string) map[string]bool {
-	set := make(map[string]bool, len(values))
-	for _, v := range values {
-		set[v] = true
-	}
-	return set
-}
-
-// bearerToken extracts the token of an "Authorization: Bearer <token>" header.
-// The scheme is case-insensitive (RFC 9110); the token must be non-empty and
-// contain only token68 characters.
-func bearerToken(header string) (string, bool) {
+// BearerToken extracts the token of an "Authorization: Bearer <token>"
+// header value. The scheme is case-insensitive (RFC 9110); the token must be
+// non-empty and contain only token68 characters. Implementations of
+// Authenticator read the header they are given with it.
+func BearerToken(header string) (string, bool) {
 	if len(header) > maxAuthHeaderBytes {
 		return "", false
 	}
@@ -254,14 +202,14 @@ func FromContext(ctx context.Context) *Principal {
 	return p
 }
 
-// Require wraps next so that it runs only for a caller that is authenticated
-// and holds perm (C-1, C-3): 401 UNAUTHENTICATED otherwise (also for
+// Require wraps next so that it runs only for a caller that a authenticates
+// and that holds perm (C-1, C-3): 401 UNAUTHENTICATED otherwise (also for
 // several Authorization headers), or 403
 // PERMISSION_DENIED when the permission is missing. An empty perm requires
 // authentication only.
-func (a *Authenticator) Require(perm string, next http.Handler) http.Handler {
+func Require(a Authenticator, perm string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, err := a.AuthenticateRequest(r.Context(), r.Header)
+		p, err := AuthenticateRequest(r.Context(), a, r.Header)
 		if err != nil {
 			httpx.WriteError(w, r, err)
 			return
@@ -294,77 +242,8 @@ type Grant struct {
 	What string
 }
 
-// CheckGrants reads through q (a transaction, so that the check and the
-// operation see the same commits) whether each grant still holds, in one
-// statement that reads each distinct grant once. For each grant it returns
-// nil or the error a connection answers before it closes:
-// ErrUnauthenticated for a revoked credential, PERMISSION_DENIED for a
-// missing permission, NOT_FOUND for a lost queue grant. The error is a
-// database failure.
-func CheckGrants(ctx context.Context, q Querier, grants []Grant) ([]error, error) {
-	if len(grants) == 0 {
-		return nil, nil
-	}
-	index := make(map[Grant]int, len(grants))
-	var distinct []Grant
-	for _, g := range grants {
-		if _, ok := index[g]; !ok {
-			index[g] = len(distinct)
-			distinct = append(distinct, g)
-		}
-	}
-	const one = `SELECT ?, c.revoked_at IS NULL,
-		EXISTS (SELECT 1 FROM credential_permissions p WHERE p.credential_id = c.id AND p.permission = ?),
-		EXISTS (SELECT 1 FROM credential_queue_grants g WHERE g.credential_id = c.id AND g.queue_id = ?)
-		FROM credentials c WHERE c.id = ?`
-	parts := make([]string, len(distinct))
-	args := make([]any, 0, 4*len(distinct))
-	for i, g := range distinct {
-		parts[i] = one
-		args = append(args, i, g.Permission, g.QueueID, g.CredentialID)
-	}
-	rows, err := q.QueryContext(ctx, strings.Join(parts, " UNION ALL "), args...)
-	if err != nil {
-		return nil, fmt.Errorf("auth: check grants: %w", err)
-	}
-	defer rows.Close()
-	checked := make([]error, len(distinct))
-	for i := range checked {
-		checked[i] = ErrUnauthenticated // unless its credential row is found
-	}
-	for rows.Next() {
-		var i int
-		var active, permitted, granted bool
-		if err := rows.Scan(&i, &active, &permitted, &granted); err != nil {
-			return nil, fmt.Errorf("auth: check grants: %w", err)
-		}
-		if i < 0 || i >= len(distinct) {
-			return nil, fmt.Errorf("auth: check grants: row %d of %d", i, len(distinct))
-		}
-		g := distinct[i]
-		switch {
-		case !active:
-			checked[i] = ErrUnauthenticated
-		case !permitted:
-			checked[i] = httpx.Errorf(httpx.CodePermissionDenied, "credential lacks permission %s", g.Permission)
-		case !granted:
-			checked[i] = ErrNotFound(g.What)
-		default:
-			checked[i] = nil
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("auth: check grants: %w", err)
-	}
-	out := make([]error, len(grants))
-	for i, g := range grants {
-		out[i] = checked[index[g]]
-	}
-	return out, nil
-}
-
-// IsGrantError reports whether err is one of the errors of CheckGrants,
-// which a connection answers and then closes.
+// IsGrantError reports whether err is one of the errors of
+// GrantChecker.CheckGrants, which a connection answers and then closes.
 func IsGrantError(err error) bool {
 	var he *httpx.Error
 	if !errors.As(err, &he) {

@@ -41,12 +41,13 @@ type AuthenticateFunc func(r *http.Request) (*auth.Principal, error)
 
 // FromAuthenticator returns the AuthenticateFunc that checks the
 // Authorization header with a: exactly one header, resolved within 8
-// seconds. A request with several Authorization headers is unauthenticated.
-func FromAuthenticator(a *auth.Authenticator) AuthenticateFunc {
+// seconds. A request with several Authorization headers, or one that is
+// not a bearer token, is unauthenticated without consulting a.
+func FromAuthenticator(a auth.Authenticator) AuthenticateFunc {
 	return func(r *http.Request) (*auth.Principal, error) {
 		ctx, cancel := context.WithTimeout(r.Context(), authTimeout)
 		defer cancel()
-		return a.AuthenticateRequest(ctx, r.Header)
+		return auth.AuthenticateRequest(ctx, a, r.Header)
 	}
 }
 

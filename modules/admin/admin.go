@@ -1,15 +1,18 @@
 // Package admin is the identity module: namespaces, applications,
-// environments, queues, credentials, permissions and queue grants. It serves
-// `GET /v1/credential` and provides the `orbit admin` commands.
+// environments, queues, credentials, permissions, queue grants and the audit
+// log. It serves `GET /v1/credential`, provides the `orbit admin` commands,
+// and offers the other modules auth.Authenticator and audit.Writer.
 package admin
 
 import (
 	"context"
+	"database/sql"
 	"net/http"
 
 	"github.com/gorilla/mux"
 	"github.com/spf13/cobra"
 
+	"github.com/orbitrun/orbit/internal/audit"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/modules"
@@ -20,7 +23,6 @@ func init() { modules.Register(&Module{}) }
 // Module is the admin module.
 type Module struct {
 	store *Store
-	auth  *auth.Authenticator
 }
 
 // OrbitModule returns the module's info.
@@ -35,13 +37,30 @@ func (*Module) OrbitModule() modules.Info {
 // Provision builds the store on the platform database.
 func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.store = NewStore(env.DB)
-	m.auth = auth.NewAuthenticator(env.DB)
 	return nil
+}
+
+// Authenticate resolves an Authorization header value against the
+// credentials (auth.Authenticator). It is called after Provision.
+func (m *Module) Authenticate(ctx context.Context, header string) (*auth.Principal, error) {
+	return m.store.Authenticate(ctx, header)
+}
+
+// CheckGrants checks grants through q, the caller's transaction
+// (auth.GrantChecker). It is called after Provision.
+func (m *Module) CheckGrants(ctx context.Context, q auth.Querier, grants []auth.Grant) ([]error, error) {
+	return m.store.CheckGrants(ctx, q, grants)
+}
+
+// Audit appends r to the audit log inside tx (audit.Writer). It is called
+// after Provision.
+func (m *Module) Audit(ctx context.Context, tx *sql.Tx, r audit.Record) error {
+	return m.store.Audit(ctx, tx, r)
 }
 
 // Routes mounts GET /v1/credential.
 func (m *Module) Routes(r *mux.Router) {
-	r.Handle("/v1/credential", m.auth.Require("", http.HandlerFunc(m.getCredential))).Methods(http.MethodGet)
+	r.Handle("/v1/credential", auth.Require(m, "", http.HandlerFunc(m.getCredential))).Methods(http.MethodGet)
 }
 
 // Commands returns `orbit admin`.
@@ -86,4 +105,6 @@ var (
 	_ modules.Provisioner = (*Module)(nil)
 	_ modules.Router      = (*Module)(nil)
 	_ modules.Commander   = (*Module)(nil)
+	_ auth.Authenticator  = (*Module)(nil)
+	_ audit.Writer        = (*Module)(nil)
 )

@@ -14,6 +14,7 @@ import (
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/modules"
+	orbit "github.com/orbitrun/orbit/sdk/go"
 )
 
 const maxNameLen = 128
@@ -76,7 +77,7 @@ func (p *BootstrapParams) Validate() error {
 // the credentials file. Re-running with the same names reuses the objects and
 // issues another credential. The file is checked before anything is created;
 // if writing it fails, the new credential is revoked.
-func Bootstrap(ctx context.Context, store *Store, p *BootstrapParams) (*CredentialsFile, error) {
+func Bootstrap(ctx context.Context, store *Store, p *BootstrapParams) (*orbit.Credentials, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -96,7 +97,7 @@ func Bootstrap(ctx context.Context, store *Store, p *BootstrapParams) (*Credenti
 	if err != nil {
 		return nil, err
 	}
-	f := &CredentialsFile{
+	f := &orbit.Credentials{
 		URL: p.URL, Token: token, CredentialID: cred.ID,
 		Namespace: sc.Namespace, NamespaceID: sc.NamespaceID,
 		Application: sc.Application, ApplicationID: sc.ApplicationID,
@@ -240,7 +241,7 @@ func credentialCreateCommand(open opener) *cobra.Command {
 			if url == "" {
 				url = env.Config.Server.URL()
 			}
-			f := &CredentialsFile{
+			f := &orbit.Credentials{
 				URL: url, Token: token, CredentialID: cred.ID,
 				Namespace: scope.Namespace, NamespaceID: scope.NamespaceID,
 				Application: scope.Application, ApplicationID: scope.ApplicationID,

@@ -7,25 +7,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-)
 
-// CredentialsFile is the JSON document `orbit admin bootstrap` writes and the
-// SDK and the receiver read. ORBIT_TOKEN and ORBIT_QUEUE_ID override token and
-// queue_id where they are read.
-type CredentialsFile struct {
-	URL           string   `json:"url"`
-	Token         string   `json:"token"`
-	CredentialID  string   `json:"credential_id"`
-	Namespace     string   `json:"namespace"`
-	NamespaceID   string   `json:"namespace_id"`
-	Application   string   `json:"application"`
-	ApplicationID string   `json:"application_id"`
-	Environment   string   `json:"environment"`
-	EnvironmentID string   `json:"environment_id"`
-	Queue         string   `json:"queue"`
-	QueueID       string   `json:"queue_id"`
-	Permissions   []string `json:"permissions"`
-}
+	orbit "github.com/orbitrun/orbit/sdk/go"
+)
 
 // CheckOutputPath reports why path cannot receive a credentials file: it
 // exists already, its directory is missing, or others may read the
@@ -51,8 +35,9 @@ func CheckOutputPath(path string) error {
 }
 
 // WriteCredentialsFile writes f to path with mode 0600, failing if the file
-// exists.
-func WriteCredentialsFile(path string, f *CredentialsFile) error {
+// exists. The format is the SDK's (orbit.Credentials), which the SDK and the
+// receiver read.
+func WriteCredentialsFile(path string, f *orbit.Credentials) error {
 	body, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return err
@@ -73,13 +58,14 @@ func WriteCredentialsFile(path string, f *CredentialsFile) error {
 	return nil
 }
 
-// ReadCredentialsFile reads a credentials file.
-func ReadCredentialsFile(path string) (*CredentialsFile, error) {
+// ReadCredentialsFile reads a credentials file as it is, without the
+// environment overrides and checks of orbit.LoadCredentials.
+func ReadCredentialsFile(path string) (*orbit.Credentials, error) {
 	body, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var f CredentialsFile
+	var f orbit.Credentials
 	if err := json.Unmarshal(body, &f); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"crypto/subtle"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -9,11 +10,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/orbitrun/orbit/internal/audit"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/httpx"
 )
 
-// Store reads and writes the identity tables.
+// Store reads and writes the identity tables and the audit log. It
+// implements auth.Authenticator and audit.Writer, which the module offers
+// to the others.
 type Store struct {
 	db *sql.DB
 }
@@ -153,7 +158,7 @@ func (s *Store) CredentialCreate(ctx context.Context, p *CredentialCreateParams)
 				return err
 			}
 		}
-		return audit(ctx, tx, c.NamespaceID, "credential.create", c.ID, c.Label)
+		return s.Audit(ctx, tx, audit.Record{NamespaceID: c.NamespaceID, Action: "credential.create", SubjectID: c.ID, Reason: c.Label})
 	})
 	if err != nil {
 		return Credential{}, "", fmt.Errorf("admin: create credential: %w", err)
@@ -190,7 +195,7 @@ func (s *Store) CredentialGrantQueues(ctx context.Context, credentialID string, 
 			if _, err := tx.ExecContext(ctx, `INSERT IGNORE INTO credential_queue_grants (credential_id, queue_id) VALUES (?, ?)`, credentialID, q); err != nil {
 				return err
 			}
-			if err := audit(ctx, tx, ns, "credential.grant_queue", credentialID, q); err != nil {
+			if err := s.Audit(ctx, tx, audit.Record{NamespaceID: ns, Action: "credential.grant_queue", SubjectID: credentialID, Reason: q}); err != nil {
 				return err
 			}
 		}
@@ -218,7 +223,7 @@ func (s *Store) CredentialRevoke(ctx context.Context, credentialID, reason strin
 		if _, err := tx.ExecContext(ctx, `UPDATE credentials SET revoked_at = ? WHERE id = ?`, db.Now(), credentialID); err != nil {
 			return err
 		}
-		return audit(ctx, tx, ns, "credential.revoke", credentialID, reason)
+		return s.Audit(ctx, tx, audit.Record{NamespaceID: ns, Action: "credential.revoke", SubjectID: credentialID, Reason: reason})
 	})
 	if err != nil {
 		return fmt.Errorf("admin: revoke credential: %w", err)
@@ -263,7 +268,7 @@ func (s *Store) CredentialList(ctx context.Context, p *CredentialListParams) ([]
 	}
 	rows.Close()
 	for i := range out {
-		if out[i].Permissions, out[i].Queues, err = auth.Grants(ctx, s.db, out[i].ID); err != nil {
+		if out[i].Permissions, out[i].Queues, err = credentialGrants(ctx, s.db, out[i].ID); err != nil {
 			return nil, err
 		}
 	}
@@ -282,12 +287,158 @@ func (s *Store) ScopeNames(ctx context.Context, namespaceID, applicationID, envi
 	return ns, app, env, nil
 }
 
-// audit appends one record to the audit log inside tx.
-func audit(ctx context.Context, tx *sql.Tx, namespaceID, action, subjectID, reason string) error {
+// Audit appends r to the audit log inside tx (audit.Writer). An empty
+// r.CredentialID is stored as NULL: an operator command.
+func (s *Store) Audit(ctx context.Context, tx *sql.Tx, r audit.Record) error {
 	_, err := tx.ExecContext(ctx, `
 		INSERT INTO audit_log (id, namespace_id, credential_id, action, subject_id, reason, created_at)
-		VALUES (?, ?, NULL, ?, ?, ?, ?)`, db.NewID(), namespaceID, action, subjectID, reason, db.Now())
+		VALUES (?, ?, ?, ?, ?, ?, ?)`, db.NewID(), r.NamespaceID, sql.NullString{String: r.CredentialID, Valid: r.CredentialID != ""},
+		r.Action, r.SubjectID, r.Reason, db.Now())
 	return err
+}
+
+// Authenticate resolves an Authorization header value to a Principal
+// (auth.Authenticator): one read of the credential by its token digest and
+// one of its grants. Every failure is auth.ErrUnauthenticated; database
+// failures are returned as they are.
+func (s *Store) Authenticate(ctx context.Context, header string) (*auth.Principal, error) {
+	token, ok := auth.BearerToken(header)
+	if !ok {
+		return nil, auth.ErrUnauthenticated
+	}
+	digest := auth.Digest(token)
+	var (
+		p       auth.Principal
+		stored  []byte
+		revoked sql.NullTime
+	)
+	err := s.db.QueryRowContext(ctx, `
+		SELECT id, namespace_id, application_id, environment_id, token_digest, revoked_at
+		FROM credentials WHERE token_digest = ?`, digest[:]).
+		Scan(&p.CredentialID, &p.NamespaceID, &p.ApplicationID, &p.EnvironmentID, &stored, &revoked)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, auth.ErrUnauthenticated
+	}
+	if err != nil {
+		return nil, fmt.Errorf("admin: look up credential: %w", err)
+	}
+	if subtle.ConstantTimeCompare(stored, digest[:]) != 1 || revoked.Valid {
+		return nil, auth.ErrUnauthenticated
+	}
+	perms, queues, err := credentialGrants(ctx, s.db, p.CredentialID)
+	if err != nil {
+		return nil, err
+	}
+	p.Permissions, p.Queues = toSet(perms), toSet(queues)
+	return &p, nil
+}
+
+// credentialGrants returns a credential's permissions and queue grants, each
+// sorted.
+func credentialGrants(ctx context.Context, q auth.Querier, credentialID string) (perms, queues []string, err error) {
+	rows, err := q.QueryContext(ctx, `
+		SELECT 'p', permission FROM credential_permissions WHERE credential_id = ?
+		UNION ALL
+		SELECT 'q', queue_id FROM credential_queue_grants WHERE credential_id = ?`, credentialID, credentialID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("admin: load grants: %w", err)
+	}
+	defer rows.Close()
+	perms, queues = []string{}, []string{}
+	for rows.Next() {
+		var kind, value string
+		if err := rows.Scan(&kind, &value); err != nil {
+			return nil, nil, fmt.Errorf("admin: load grants: %w", err)
+		}
+		if kind == "p" {
+			perms = append(perms, value)
+		} else {
+			queues = append(queues, value)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("admin: load grants: %w", err)
+	}
+	sort.Strings(perms)
+	sort.Strings(queues)
+	return perms, queues, nil
+}
+
+func toSet(values []string) map[string]bool {
+	set := make(map[string]bool, len(values))
+	for _, v := range values {
+		set[v] = true
+	}
+	return set
+}
+
+// CheckGrants reads through q whether each grant still holds
+// (auth.GrantChecker), in one statement that reads each distinct grant
+// once. q is the caller's transaction, so that the check and the operation
+// see the same commits. For each grant it returns nil,
+// auth.ErrUnauthenticated for a revoked or unknown credential,
+// PERMISSION_DENIED for a missing permission, or auth.ErrNotFound of
+// Grant.What for a lost queue grant. The error is a database failure.
+func (s *Store) CheckGrants(ctx context.Context, q auth.Querier, grants []auth.Grant) ([]error, error) {
+	if len(grants) == 0 {
+		return nil, nil
+	}
+	index := make(map[auth.Grant]int, len(grants))
+	var distinct []auth.Grant
+	for _, g := range grants {
+		if _, ok := index[g]; !ok {
+			index[g] = len(distinct)
+			distinct = append(distinct, g)
+		}
+	}
+	const one = `SELECT ?, c.revoked_at IS NULL,
+		EXISTS (SELECT 1 FROM credential_permissions p WHERE p.credential_id = c.id AND p.permission = ?),
+		EXISTS (SELECT 1 FROM credential_queue_grants g WHERE g.credential_id = c.id AND g.queue_id = ?)
+		FROM credentials c WHERE c.id = ?`
+	parts := make([]string, len(distinct))
+	args := make([]any, 0, 4*len(distinct))
+	for i, g := range distinct {
+		parts[i] = one
+		args = append(args, i, g.Permission, g.QueueID, g.CredentialID)
+	}
+	rows, err := q.QueryContext(ctx, strings.Join(parts, " UNION ALL "), args...)
+	if err != nil {
+		return nil, fmt.Errorf("admin: check grants: %w", err)
+	}
+	defer rows.Close()
+	checked := make([]error, len(distinct))
+	for i := range checked {
+		checked[i] = auth.ErrUnauthenticated // unless its credential row is found
+	}
+	for rows.Next() {
+		var i int
+		var active, permitted, granted bool
+		if err := rows.Scan(&i, &active, &permitted, &granted); err != nil {
+			return nil, fmt.Errorf("admin: check grants: %w", err)
+		}
+		if i < 0 || i >= len(distinct) {
+			return nil, fmt.Errorf("admin: check grants: row %d of %d", i, len(distinct))
+		}
+		g := distinct[i]
+		switch {
+		case !active:
+			checked[i] = auth.ErrUnauthenticated
+		case !permitted:
+			checked[i] = httpx.Errorf(httpx.CodePermissionDenied, "credential lacks permission %s", g.Permission)
+		case !granted:
+			checked[i] = auth.ErrNotFound(g.What)
+		default:
+			checked[i] = nil
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("admin: check grants: %w", err)
+	}
+	out := make([]error, len(grants))
+	for i, g := range grants {
+		out[i] = checked[index[g]]
+	}
+	return out, nil
 }
 
 func dedupeSorted(in []string) []string {
@@ -302,3 +453,8 @@ func dedupeSorted(in []string) []string {
 	sort.Strings(out)
 	return out
 }
+
+var (
+	_ auth.Authenticator = (*Store)(nil)
+	_ audit.Writer       = (*Store)(nil)
+)

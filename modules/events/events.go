@@ -107,7 +107,7 @@ type Deliveries interface {
 type Module struct {
 	cfg    Config
 	subs   Deliveries
-	auth   *auth.Authenticator
+	auth   auth.Authenticator
 	entry  *wsx.Entry
 	pool   *ClaimPool
 	acks   *batch.Batcher[*ackRequest]
@@ -169,7 +169,11 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 		return fmt.Errorf("events: %w", err)
 	}
 	m.subs = s
-	m.auth = auth.NewAuthenticator(env.DB)
+	a, err := modules.Require[auth.Authenticator](env, "admin")
+	if err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
+	m.auth = a
 	m.logger = env.Logger.With("module", "events")
 	m.acks = newAckBatcher(s, s.MaterializeSoon)
 	m.pool = NewClaimPool(m.cfg.ClaimsInFlight, m.cfg.ClaimsPerApp, m.cfg.ClaimsQueued, m.cfg.ClaimsPerRound)

@@ -26,7 +26,7 @@ func leased(t *testing.T, f *fixture, name string, n int) (*Subscription, string
 	if err != nil {
 		t.Fatal(err)
 	}
-	leases, err := Claim(ctx, f.db, f.log, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
+	leases, err := Claim(ctx, f.db, f.log, f.grants, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
 	if err != nil || len(leases) != n {
 		t.Fatalf("claim: %d leases, %v; want %d", len(leases), err, n)
 	}
@@ -59,7 +59,7 @@ func TestAckBatch_SameProofTwiceIsDeduplicated(t *testing.T) {
 	s, session, leases := leased(t, f, "dup", 1)
 	p := proof(f, s, session, leases[0])
 	again := *p
-	out, err := AckBatch(context.Background(), f.db, []*AckParams{p, &again})
+	out, err := AckBatch(context.Background(), f.db, f.grants, []*AckParams{p, &again})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,14 +97,14 @@ func TestAckBatch_RefusedProofDoesNotStopTheOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if re, err := Claim(ctx, f.db, f.log, &ClaimParams{Grant: f.grant, SessionID: other, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(re) != 1 || re[0].Delivery.LeaseEpoch != 2 {
+	if re, err := Claim(ctx, f.db, f.log, f.grants, &ClaimParams{Grant: f.grant, SessionID: other, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(re) != 1 || re[0].Delivery.LeaseEpoch != 2 {
 		t.Fatalf("re-lease: %+v %v; want the expired delivery at epoch 2", re, err)
 	}
 	valid := proof(f, s, session, leases[0])
 	wrongSecret := proof(f, s, session, leases[1])
 	wrongSecret.Secret = strings.Repeat("A", len(wrongSecret.Secret))
 	stale := proof(f, s, session, leases[2])
-	out, err := AckBatch(ctx, f.db, []*AckParams{wrongSecret, valid, stale})
+	out, err := AckBatch(ctx, f.db, f.grants, []*AckParams{wrongSecret, valid, stale})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestAckBatch_ProofForAnotherSubscriptionsDeliveryIsNotFound(t *testing.T) {
 	foreign := proof(f, b, sessionB, leasesB[0])
 	foreign.SubscriptionID = a.ID
 	own := proof(f, a, sessionA, leasesA[0])
-	out, err := AckBatch(context.Background(), f.db, []*AckParams{foreign, own})
+	out, err := AckBatch(context.Background(), f.db, f.grants, []*AckParams{foreign, own})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestAckBatch_OutcomesFollowTheInputOrder(t *testing.T) {
 	// one proof in the middle is refused.
 	slices.SortFunc(acks, func(x, y *AckParams) int { return strings.Compare(y.DeliveryID, x.DeliveryID) })
 	acks[1].Epoch++
-	out, err := AckBatch(context.Background(), f.db, acks)
+	out, err := AckBatch(context.Background(), f.db, f.grants, acks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestAckBatch_OutcomesFollowTheInputOrder(t *testing.T) {
 
 // TestAckBatch_GrantIsCheckedInTheBatch: an ACK whose credential was
 // revoked after its lease records nothing and gets the error of
-// auth.CheckGrants; so does the next claim, which leases nothing.
+// the admin module's CheckGrants; so does the next claim, which leases nothing.
 func TestAckBatch_GrantIsCheckedInTheBatch(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -187,7 +187,7 @@ func TestAckBatch_GrantIsCheckedInTheBatch(t *testing.T) {
 	if err := admin.NewStore(f.db).CredentialRevoke(ctx, f.grant.CredentialID, "test"); err != nil {
 		t.Fatal(err)
 	}
-	out, err := AckBatch(ctx, f.db, []*AckParams{proof(f, s, session, leases[0])})
+	out, err := AckBatch(ctx, f.db, f.grants, []*AckParams{proof(f, s, session, leases[0])})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestAckBatch_GrantIsCheckedInTheBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := Claim(ctx, f.db, f.log, &ClaimParams{Grant: f.grant, SessionID: other, LeaseDuration: time.Minute, RecoverBatch: 10}); !auth.IsGrantError(err) || len(got) != 0 {
+	if got, err := Claim(ctx, f.db, f.log, f.grants, &ClaimParams{Grant: f.grant, SessionID: other, LeaseDuration: time.Minute, RecoverBatch: 10}); !auth.IsGrantError(err) || len(got) != 0 {
 		t.Fatalf("claim after revocation: %d leases, %v; want UNAUTHENTICATED", len(got), err)
 	}
 }

@@ -42,7 +42,7 @@ func TestClaim_RecoveredLeasesJoinWhatWasPickedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leases, err := Claim(ctx, f.db, f.log, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
+	leases, err := Claim(ctx, f.db, f.log, f.grants, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

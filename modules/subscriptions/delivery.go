@@ -176,9 +176,11 @@ type ClaimParams struct {
 // free capacity, expired leases of the subscription are recovered and
 // leased in the same transaction. The leases are committed before Claim
 // returns, so the caller sends event.deliver only for persisted leases. A
-// paused subscription, or a closed session, gets nothing. A grant that no
-// longer holds is the error of auth.CheckGrants, and nothing is leased.
-func Claim(ctx context.Context, pool *sql.DB, log Log, p *ClaimParams) ([]Lease, error) {
+// paused subscription, or a closed session, gets nothing. p.Grant is
+// checked with grants (the admin module's) in the same transaction: when it
+// no longer holds, the error is that of grants.CheckGrants, and nothing is
+// leased.
+func Claim(ctx context.Context, pool *sql.DB, log Log, grants auth.GrantChecker, p *ClaimParams) ([]Lease, error) {
 	var out []Lease
 	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
 		out = nil
@@ -193,7 +195,7 @@ func Claim(ctx context.Context, pool *sql.DB, log Log, p *ClaimParams) ([]Lease,
 		if closed.Valid {
 			return nil
 		}
-		denied, err := auth.CheckGrants(ctx, tx, []auth.Grant{p.Grant})
+		denied, err := grants.CheckGrants(ctx, tx, []auth.Grant{p.Grant})
 		if err != nil {
 			return err
 		}
@@ -355,8 +357,8 @@ type AckResult struct {
 }
 
 // Ack acknowledges one delivery; see AckBatch.
-func Ack(ctx context.Context, pool *sql.DB, p *AckParams) (AckResult, error) {
-	outcomes, err := AckBatch(ctx, pool, []*AckParams{p})
+func Ack(ctx context.Context, pool *sql.DB, grants auth.GrantChecker, p *AckParams) (AckResult, error) {
+	outcomes, err := AckBatch(ctx, pool, grants, []*AckParams{p})
 	if err != nil {
 		return AckResult{}, err
 	}
@@ -370,7 +372,7 @@ var ErrDeliveryNotFound = auth.ErrNotFound("delivery")
 
 // AckOutcome answers one ACK of a batch: its result, or the error that
 // refused it: ErrLeaseLost, ErrDeliveryNotFound, or an error of
-// auth.CheckGrants.
+// auth.GrantChecker.CheckGrants.
 type AckOutcome struct {
 	Result AckResult
 	Err    error
@@ -384,9 +386,10 @@ type AckOutcome struct {
 // in this batch or later, returns the original acknowledged_at with
 // Deduplicated and changes nothing; a superseded or wrong proof is
 // ErrLeaseLost in its outcome, a delivery outside the ACK's subscription
-// ErrDeliveryNotFound, and an ACK whose grant no longer holds gets the
-// error of auth.CheckGrants. An error means nothing was recorded.
-func AckBatch(ctx context.Context, pool *sql.DB, acks []*AckParams) ([]AckOutcome, error) {
+// ErrDeliveryNotFound, and an ACK whose grant no longer holds, checked
+// with grants in the same transaction, gets the error of
+// grants.CheckGrants. An error means nothing was recorded.
+func AckBatch(ctx context.Context, pool *sql.DB, grants auth.GrantChecker, acks []*AckParams) ([]AckOutcome, error) {
 	ids := make([]string, 0, len(acks))
 	for _, p := range acks {
 		ids = append(ids, p.DeliveryID)
@@ -410,11 +413,11 @@ func AckBatch(ctx context.Context, pool *sql.DB, acks []*AckParams) ([]AckOutcom
 		for _, d := range locked {
 			byID[d.ID] = d
 		}
-		grants := make([]auth.Grant, len(acks))
+		held := make([]auth.Grant, len(acks))
 		for i, p := range acks {
-			grants[i] = p.Grant
+			held[i] = p.Grant
 		}
-		denied, err := auth.CheckGrants(ctx, tx, grants)
+		denied, err := grants.CheckGrants(ctx, tx, held)
 		if err != nil {
 			return err
 		}

@@ -351,7 +351,7 @@ func (e *env) grant(t *testing.T, session string) auth.Grant {
 // claim leases what a session may take, for a minute.
 func (e *env) claim(t *testing.T, session string) []subscriptions.Lease {
 	t.Helper()
-	leases, err := subscriptions.Claim(context.Background(), e.srv.DB, e.tasks, &subscriptions.ClaimParams{
+	leases, err := subscriptions.Claim(context.Background(), e.srv.DB, e.tasks, e.srv.Authenticator(t), &subscriptions.ClaimParams{
 		SessionID: session, Grant: e.grant(t, session), LeaseDuration: time.Minute, RecoverBatch: 100,
 	})
 	if err != nil {
@@ -394,7 +394,7 @@ func (e *env) claimNext(t *testing.T, session string) subscriptions.Lease {
 // ack acknowledges a lease with its proof.
 func (e *env) ack(t *testing.T, subID, session string, l subscriptions.Lease) subscriptions.AckResult {
 	t.Helper()
-	res, err := subscriptions.Ack(context.Background(), e.srv.DB, &subscriptions.AckParams{
+	res, err := subscriptions.Ack(context.Background(), e.srv.DB, e.srv.Authenticator(t), &subscriptions.AckParams{
 		Grant: e.grant(t, session), SubscriptionID: subID, DeliveryID: l.Delivery.ID, Epoch: l.Delivery.LeaseEpoch, Secret: l.Secret, SessionID: session,
 	})
 	if err != nil {

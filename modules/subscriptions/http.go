@@ -18,13 +18,13 @@ import (
 
 func (m *Module) routes(r *mux.Router) {
 	a := m.auth
-	r.Handle("/v1/subscriptions", a.Require(auth.PermEventsManage, http.HandlerFunc(m.create))).Methods(http.MethodPost)
-	r.Handle("/v1/subscriptions", a.Require(auth.PermEventsRead, http.HandlerFunc(m.list))).Methods(http.MethodGet)
-	r.Handle("/v1/subscriptions/{id}", a.Require(auth.PermEventsRead, http.HandlerFunc(m.get))).Methods(http.MethodGet)
-	r.Handle("/v1/subscriptions/{id}:configure", a.Require(auth.PermEventsManage, http.HandlerFunc(m.configure))).Methods(http.MethodPost)
-	r.Handle("/v1/subscriptions/{id}/deliveries", a.Require(auth.PermEventsRead, http.HandlerFunc(m.listDeliveries))).Methods(http.MethodGet)
-	r.Handle("/v1/subscriptions/{id}/deliveries/{delivery_id}", a.Require(auth.PermEventsRead, http.HandlerFunc(m.getDelivery))).Methods(http.MethodGet)
-	r.Handle("/v1/subscriptions/{id}/deliveries/{delivery_id}:retry", a.Require(auth.PermEventsManage, http.HandlerFunc(m.retry))).Methods(http.MethodPost)
+	r.Handle("/v1/subscriptions", auth.Require(a, auth.PermEventsManage, http.HandlerFunc(m.create))).Methods(http.MethodPost)
+	r.Handle("/v1/subscriptions", auth.Require(a, auth.PermEventsRead, http.HandlerFunc(m.list))).Methods(http.MethodGet)
+	r.Handle("/v1/subscriptions/{id}", auth.Require(a, auth.PermEventsRead, http.HandlerFunc(m.get))).Methods(http.MethodGet)
+	r.Handle("/v1/subscriptions/{id}:configure", auth.Require(a, auth.PermEventsManage, http.HandlerFunc(m.configure))).Methods(http.MethodPost)
+	r.Handle("/v1/subscriptions/{id}/deliveries", auth.Require(a, auth.PermEventsRead, http.HandlerFunc(m.listDeliveries))).Methods(http.MethodGet)
+	r.Handle("/v1/subscriptions/{id}/deliveries/{delivery_id}", auth.Require(a, auth.PermEventsRead, http.HandlerFunc(m.getDelivery))).Methods(http.MethodGet)
+	r.Handle("/v1/subscriptions/{id}/deliveries/{delivery_id}:retry", auth.Require(a, auth.PermEventsManage, http.HandlerFunc(m.retry))).Methods(http.MethodPost)
 }
 
 func checkReason(reason string) error {

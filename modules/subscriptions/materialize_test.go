@@ -25,6 +25,8 @@ type fixture struct {
 	// grant is a real credential's consume grant on the queue, which
 	// claims and ACKs check.
 	grant auth.Grant
+	// grants checks grants as the admin module does.
+	grants auth.GrantChecker
 }
 
 func setup(t *testing.T) *fixture {
@@ -44,7 +46,7 @@ func setup(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	grant := auth.Grant{CredentialID: cred.ID, Permission: auth.PermEventsConsume, QueueID: sc.QueueID, What: "subscription"}
-	return &fixture{db: pool, log: tasks.NewStore(pool, time.Second, time.Minute), scope: sc, grant: grant}
+	return &fixture{db: pool, log: tasks.NewStore(pool, admin.NewStore(pool), time.Second, time.Minute), scope: sc, grant: grant, grants: admin.NewStore(pool)}
 }
 
 // appendEvents writes n events straight into the queue's log, cycling
@@ -205,7 +207,7 @@ func TestE8_ClaimRecoverAckStateMachine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leases, err := Claim(ctx, f.db, f.log, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
+	leases, err := Claim(ctx, f.db, f.log, f.grants, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
 	if err != nil || len(leases) != 2 {
 		t.Fatalf("claim: %d leases, %v; want capacity 2", len(leases), err)
 	}
@@ -213,21 +215,21 @@ func TestE8_ClaimRecoverAckStateMachine(t *testing.T) {
 	if first.Delivery.LeaseEpoch != 1 || first.Delivery.Attempts != 1 || first.Delivery.State != StateLeased || first.Event.ID != first.Delivery.EventID {
 		t.Fatalf("lease: %+v", first.Delivery)
 	}
-	if more, err := Claim(ctx, f.db, f.log, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(more) != 0 {
+	if more, err := Claim(ctx, f.db, f.log, f.grants, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(more) != 0 {
 		t.Fatalf("a full session claimed %d more (%v)", len(more), err)
 	}
 	ack := &AckParams{Grant: f.grant, SubscriptionID: s.ID, DeliveryID: first.Delivery.ID, Epoch: 1, Secret: first.Secret, SessionID: session}
-	res, err := Ack(ctx, f.db, ack)
+	res, err := Ack(ctx, f.db, f.grants, ack)
 	if err != nil || res.Deduplicated {
 		t.Fatalf("ack: %+v %v", res, err)
 	}
-	again, err := Ack(ctx, f.db, ack)
+	again, err := Ack(ctx, f.db, f.grants, ack)
 	if err != nil || !again.Deduplicated || again.AcknowledgedAt != res.AcknowledgedAt {
 		t.Fatalf("repeat ack: %+v %v; want the original acknowledged_at, deduplicated", again, err)
 	}
 	wrong := *ack
 	wrong.Secret = strings.Repeat("A", 43)
-	if _, err := Ack(ctx, f.db, &wrong); err != ErrLeaseLost {
+	if _, err := Ack(ctx, f.db, f.grants, &wrong); err != ErrLeaseLost {
 		t.Fatalf("wrong secret: %v, want DELIVERY_LEASE_LOST", err)
 	}
 	var acks int
@@ -248,7 +250,7 @@ func TestE8_ClaimRecoverAckStateMachine(t *testing.T) {
 		t.Fatalf("after recovery: %+v %v; want EXPIRED with a new revision", d, err)
 	}
 	// The latest proof may still ACK while no new epoch replaced it (E-11).
-	if res, err := Ack(ctx, f.db, &AckParams{Grant: f.grant, SubscriptionID: s.ID, DeliveryID: d.ID, Epoch: 1, Secret: second.Secret, SessionID: session}); err != nil || res.Deduplicated {
+	if res, err := Ack(ctx, f.db, f.grants, &AckParams{Grant: f.grant, SubscriptionID: s.ID, DeliveryID: d.ID, Epoch: 1, Secret: second.Secret, SessionID: session}); err != nil || res.Deduplicated {
 		t.Fatalf("late ack of an expired lease: %+v %v", res, err)
 	}
 	got, _ := SubscriptionGet(ctx, f.db, s.ID)

@@ -35,12 +35,12 @@ func (m *Module) Materialize(ctx context.Context, subscriptionID string) (create
 
 // Claim leases deliveries for one event connection.
 func (m *Module) Claim(ctx context.Context, p *ClaimParams) ([]Lease, error) {
-	return Claim(ctx, m.db, m.log, p)
+	return Claim(ctx, m.db, m.log, m.auth, p)
 }
 
 // AckBatch records ACKs in one transaction.
 func (m *Module) AckBatch(ctx context.Context, acks []*AckParams) ([]AckOutcome, error) {
-	return AckBatch(ctx, m.db, acks)
+	return AckBatch(ctx, m.db, m.auth, acks)
 }
 
 // DeliveryUnsent gives back a lease whose event.deliver was never sent.

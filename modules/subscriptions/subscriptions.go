@@ -69,7 +69,7 @@ type Log interface {
 type Module struct {
 	cfg    Config
 	db     *sql.DB
-	auth   *auth.Authenticator
+	auth   auth.Authenticator
 	log    Log
 	logger *slog.Logger
 
@@ -121,7 +121,11 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	}
 	m.log = log
 	m.db = env.DB
-	m.auth = auth.NewAuthenticator(env.DB)
+	a, err := modules.Require[auth.Authenticator](env, "admin")
+	if err != nil {
+		return fmt.Errorf("subscriptions: %w", err)
+	}
+	m.auth = a
 	m.logger = env.Logger.With("module", "subscriptions")
 	return nil
 }

@@ -167,7 +167,7 @@ func benchmarkAppend(b *testing.B, queueN int) {
 	)
 	ctx := context.Background()
 	pool := testdb.New(b)
-	store := tasks.NewStore(pool, time.Second, time.Minute)
+	store := tasks.NewStore(pool, admin.NewStore(pool), time.Second, time.Minute)
 	var scope admin.Scope
 	queues := make([]string, queueN)
 	for q := range queues {

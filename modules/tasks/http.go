@@ -12,8 +12,8 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/gorilla/mux"
 
+	"github.com/orbitrun/orbit/internal/audit"
 	"github.com/orbitrun/orbit/internal/auth"
-	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/idem"
 )
@@ -28,11 +28,11 @@ const (
 
 func (m *Module) routes(r *mux.Router) {
 	a := m.auth
-	r.Handle("/v1/tasks", a.Require(auth.PermTasksSubmit, http.HandlerFunc(m.submit))).Methods(http.MethodPost)
-	r.Handle("/v1/tasks", a.Require(auth.PermTasksRead, http.HandlerFunc(m.list))).Methods(http.MethodGet)
-	r.Handle("/v1/tasks/{id}", a.Require(auth.PermTasksRead, http.HandlerFunc(m.get))).Methods(http.MethodGet)
-	r.Handle("/v1/tasks/{id}:cancel", a.Require(auth.PermTasksCancel, http.HandlerFunc(m.cancel))).Methods(http.MethodPost)
-	r.Handle("/v1/tasks/{id}:review", a.Require(auth.PermTasksReview, http.HandlerFunc(m.review))).Methods(http.MethodPost)
+	r.Handle("/v1/tasks", auth.Require(a, auth.PermTasksSubmit, http.HandlerFunc(m.submit))).Methods(http.MethodPost)
+	r.Handle("/v1/tasks", auth.Require(a, auth.PermTasksRead, http.HandlerFunc(m.list))).Methods(http.MethodGet)
+	r.Handle("/v1/tasks/{id}", auth.Require(a, auth.PermTasksRead, http.HandlerFunc(m.get))).Methods(http.MethodGet)
+	r.Handle("/v1/tasks/{id}:cancel", auth.Require(a, auth.PermTasksCancel, http.HandlerFunc(m.cancel))).Methods(http.MethodPost)
+	r.Handle("/v1/tasks/{id}:review", auth.Require(a, auth.PermTasksReview, http.HandlerFunc(m.review))).Methods(http.MethodPost)
 }
 
 type submitRequest struct {
@@ -209,7 +209,9 @@ func (m *Module) cancel(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		if err := audit(ctx, tx, p, "task.cancel", t.ID, reason); err != nil {
+		if err := m.audit.Audit(ctx, tx, audit.Record{
+			NamespaceID: p.NamespaceID, CredentialID: p.CredentialID, Action: "task.cancel", SubjectID: t.ID, Reason: reason,
+		}); err != nil {
 			return 0, nil, err
 		}
 		return http.StatusOK, taskReceipt{Task: after.View(false)}, nil
@@ -278,7 +280,9 @@ func (m *Module) review(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		if err := audit(ctx, tx, p, "task.review."+*req.Resolution, t.ID, *req.Reason); err != nil {
+		if err := m.audit.Audit(ctx, tx, audit.Record{
+			NamespaceID: p.NamespaceID, CredentialID: p.CredentialID, Action: "task.review." + *req.Resolution, SubjectID: t.ID, Reason: *req.Reason,
+		}); err != nil {
 			return 0, nil, err
 		}
 		return http.StatusOK, taskReceipt{Task: after.View(false)}, nil
@@ -287,11 +291,4 @@ func (m *Module) review(w http.ResponseWriter, r *http.Request) {
 	// made the task PENDING again.
 	m.store.appended.Notify()
 	m.store.submitted.Notify()
-}
-
-func audit(ctx context.Context, tx *sql.Tx, p *auth.Principal, action, subjectID, reason string) error {
-	_, err := tx.ExecContext(ctx, `
-		INSERT INTO audit_log (id, namespace_id, credential_id, action, subject_id, reason, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`, db.NewID(), p.NamespaceID, p.CredentialID, action, subjectID, reason, db.Now())
-	return err
 }

@@ -103,7 +103,7 @@ func sessionLock(ctx context.Context, tx *sql.Tx, sessionID string) (queueID str
 // committed before Lease returns, so callers send task.assign only for
 // persisted leases. grant is what the session's credential must still hold,
 // checked in the same transaction: when it no longer holds, nothing is
-// leased and the error is that of auth.CheckGrants.
+// leased and the error is that of auth.GrantChecker.CheckGrants.
 func (s *Store) Lease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]Assignment, error) {
 	var out []Assignment
 	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
@@ -112,7 +112,7 @@ func (s *Store) Lease(ctx context.Context, sessionID string, grant auth.Grant, l
 		if err != nil || !open {
 			return err
 		}
-		denied, err := auth.CheckGrants(ctx, tx, []auth.Grant{grant})
+		denied, err := s.grants.CheckGrants(ctx, tx, []auth.Grant{grant})
 		if err != nil {
 			return err
 		}
@@ -259,7 +259,7 @@ type CompleteOutcome struct {
 // proof (a repeat, in this batch or later, gets the original reply with
 // Deduplicated); a proof that is not the task's current lease gets
 // ErrLeaseLost in its outcome and changes nothing; one whose grant no longer
-// holds gets the error of auth.CheckGrants. A lease whose time ran out may
+// holds gets the error of auth.GrantChecker.CheckGrants. A lease whose time ran out may
 // still complete until the sweeper has expired it. An error means nothing
 // was applied.
 //
@@ -281,7 +281,7 @@ func (s *Store) CompleteBatch(ctx context.Context, completions []*CompleteParams
 	var outcomes []CompleteOutcome
 	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
 		outcomes = make([]CompleteOutcome, len(completions))
-		denied, err := auth.CheckGrants(ctx, tx, grants)
+		denied, err := s.grants.CheckGrants(ctx, tx, grants)
 		if err != nil {
 			return err
 		}

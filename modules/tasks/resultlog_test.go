@@ -36,7 +36,7 @@ func (f *fixture) grant(queue string) auth.Grant {
 func setup(t *testing.T, queues int) *fixture {
 	t.Helper()
 	pool := testdb.New(t)
-	f := &fixture{db: pool, store: NewStore(pool, time.Millisecond, 10*time.Millisecond)}
+	f := &fixture{db: pool, store: NewStore(pool, admin.NewStore(pool), time.Millisecond, 10*time.Millisecond)}
 	for i := 0; i < queues; i++ {
 		sc, err := admin.NewStore(pool).ScopeEnsure(context.Background(), &admin.ScopeEnsureParams{
 			Namespace: "ns", Application: "app", Environment: "env", Queue: fmt.Sprintf("q%d", i),

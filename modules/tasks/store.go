@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/wake"
@@ -20,7 +21,8 @@ import (
 // waiters of Appended, Submitted or CancelRequested on this node. Callers
 // never notify; other nodes find the change by polling.
 type Store struct {
-	db *sql.DB
+	db     *sql.DB
+	grants auth.GrantChecker
 	// Backoff returns the delay before a failed idempotent task is offered
 	// again, given the attempts used so far.
 	Backoff func(attempts int) time.Duration
@@ -28,9 +30,11 @@ type Store struct {
 	appended, submitted, cancelRequested wake.Broadcast
 }
 
-// NewStore returns a Store with exponential retry backoff between min and max.
-func NewStore(pool *sql.DB, backoffMin, backoffMax time.Duration) *Store {
-	return &Store{db: pool, Backoff: func(attempts int) time.Duration {
+// NewStore returns a Store with exponential retry backoff between min and
+// max. Leases and completions check their credential's grant with grants
+// (the admin module's) inside their own transaction.
+func NewStore(pool *sql.DB, grants auth.GrantChecker, backoffMin, backoffMax time.Duration) *Store {
+	return &Store{db: pool, grants: grants, Backoff: func(attempts int) time.Duration {
 		d := backoffMin
 		for i := 1; i < attempts && d < backoffMax; i++ {
 			d *= 2

@@ -12,6 +12,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/orbitrun/orbit/config"
+	"github.com/orbitrun/orbit/internal/audit"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/bg"
 	"github.com/orbitrun/orbit/internal/db"
@@ -53,7 +54,8 @@ type Config struct {
 type Module struct {
 	cfg    Config
 	store  *Store
-	auth   *auth.Authenticator
+	auth   auth.Authenticator
+	audit  audit.Writer
 	logger *slog.Logger
 
 	// holds are the modules of the run that keep result-log events from
@@ -98,12 +100,20 @@ func (m *Module) Validate() error {
 	return p.Err()
 }
 
-// Provision builds the store and finds the modules that hold result-log
-// events from retention.
+// Provision builds the store on the admin module's identity and audit log,
+// and finds the modules that hold result-log events from retention.
 func (m *Module) Provision(_ context.Context, env *modules.Env) error {
-	m.store = NewStore(env.DB, m.cfg.RetryBackoffMin, m.cfg.RetryBackoffMax)
+	a, err := modules.Require[auth.Authenticator](env, "admin")
+	if err != nil {
+		return fmt.Errorf("tasks: %w", err)
+	}
+	w, err := modules.Require[audit.Writer](env, "admin")
+	if err != nil {
+		return fmt.Errorf("tasks: %w", err)
+	}
+	m.auth, m.audit = a, w
+	m.store = NewStore(env.DB, a, m.cfg.RetryBackoffMin, m.cfg.RetryBackoffMax)
 	m.holds = modules.Offered[RetentionHold](env)
-	m.auth = auth.NewAuthenticator(env.DB)
 	m.logger = env.Logger.With("module", "tasks")
 	return nil
 }

@@ -79,7 +79,7 @@ type Tasks interface {
 type Module struct {
 	cfg    Config
 	tasks  Tasks
-	auth   *auth.Authenticator
+	auth   auth.Authenticator
 	entry  *wsx.Entry
 	logger *slog.Logger
 	// completes applies task.complete frames of every connection in shared
@@ -128,7 +128,11 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 		return fmt.Errorf("workers: %w", err)
 	}
 	m.tasks = t
-	m.auth = auth.NewAuthenticator(env.DB)
+	a, err := modules.Require[auth.Authenticator](env, "admin")
+	if err != nil {
+		return fmt.Errorf("workers: %w", err)
+	}
+	m.auth = a
 	m.logger = env.Logger.With("module", "workers")
 	m.completes = m.newCompleteBatcher()
 	entry, err := wsx.NewEntry(wsx.Config{

@@ -41,7 +41,8 @@ type Credentials struct {
 	Permissions   []string
 }
 
-// credentialsFile is the JSON form of Credentials.
+// credentialsFile is the JSON form of Credentials: the format of the
+// credentials file, defined here only.
 type credentialsFile struct {
 	URL           string   `json:"url"`
 	Token         string   `json:"token"`
@@ -55,6 +56,25 @@ type credentialsFile struct {
 	Queue         string   `json:"queue"`
 	QueueID       string   `json:"queue_id"`
 	Permissions   []string `json:"permissions"`
+}
+
+// MarshalJSON encodes c in the format of the credentials file, token
+// included: the JSON object that LoadCredentials reads and `orbit admin
+// bootstrap` writes.
+func (c Credentials) MarshalJSON() ([]byte, error) {
+	return json.Marshal(credentialsFile(c))
+}
+
+// UnmarshalJSON decodes a credentials file into c as it is, without the
+// environment overrides and checks of LoadCredentials. Unknown keys are
+// ignored.
+func (c *Credentials) UnmarshalJSON(data []byte) error {
+	var f credentialsFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return err
+	}
+	*c = Credentials(f)
+	return nil
 }
 
 // LoadCredentials reads the credentials file at path. The environment
@@ -180,7 +200,9 @@ func (c Credentials) LogValue() slog.Value {
 }
 
 var (
-	_ fmt.Stringer   = Credentials{}
-	_ fmt.GoStringer = Credentials{}
-	_ slog.LogValuer = Credentials{}
+	_ fmt.Stringer     = Credentials{}
+	_ fmt.GoStringer   = Credentials{}
+	_ slog.LogValuer   = Credentials{}
+	_ json.Marshaler   = Credentials{}
+	_ json.Unmarshaler = (*Credentials)(nil)
 )

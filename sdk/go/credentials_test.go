@@ -2,6 +2,7 @@ package orbit
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -172,5 +173,30 @@ func TestCredentialsNeverPrintTheToken(t *testing.T) {
 		if !strings.Contains(s, "acme") {
 			t.Errorf("output lacks the namespace: %s", s)
 		}
+	}
+}
+
+func TestCredentialsJSONIsTheFileFormat(t *testing.T) {
+	t.Parallel()
+	c, err := loadCredentials(writeFile(t, credentialsJSON), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	encoded, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(encoded) + "\n"; got != strings.ReplaceAll(credentialsJSON, `["tasks:submit", "tasks:work"]`, "[\n    \"tasks:submit\",\n    \"tasks:work\"\n  ]") {
+		t.Errorf("encoded:\n%s\nwant the credentials file:\n%s", got, credentialsJSON)
+	}
+	var decoded Credentials
+	if err := json.Unmarshal(encoded, &decoded); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(&decoded, c) {
+		t.Errorf("decoded %#v; want %#v", decoded, *c)
+	}
+	if again, err := loadCredentials(writeFile(t, string(encoded)), env(nil)); err != nil || !reflect.DeepEqual(again, c) {
+		t.Errorf("LoadCredentials of the encoded file = %#v, %v; want %#v", again, err, *c)
 	}
 }

@@ -55,7 +55,7 @@ func setup(t *testing.T) *fixture {
 		namespaceID: sc.NamespaceID,
 		queueID:     sc.QueueID,
 		consumer:    newConsumer(),
-		tasks:       tasks.NewStore(env.platform, time.Second, time.Minute),
+		tasks:       tasks.NewStore(env.platform, admins, time.Second, time.Minute),
 	}
 	cred, _, err := admins.CredentialCreate(ctx, &admin.CredentialCreateParams{
 		NamespaceID: sc.NamespaceID, ApplicationID: sc.ApplicationID, EnvironmentID: sc.EnvironmentID,

@@ -92,7 +92,7 @@ func TestE16_ServerKilledConsumerRecovers(t *testing.T) {
 		return nil
 	})
 	// This process runs no server: nobody waits for the store's signals.
-	log := tasks.NewStore(pool, time.Second, time.Minute)
+	log := tasks.NewStore(pool, admin.NewStore(pool), time.Second, time.Minute)
 	tasks := produceCancelled(t, log, sc.NamespaceID, sc.QueueID, cred.ID, total)
 	for range capacity {
 		select {

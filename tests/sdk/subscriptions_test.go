@@ -337,7 +337,7 @@ func (f *fixture) expireDelivery(t *testing.T, subscriptionID, deliveryID string
 		t.Fatal(err)
 	}
 	grant := auth.Grant{CredentialID: f.cred.CredentialID, Permission: auth.PermEventsConsume, QueueID: f.cred.QueueID, What: "subscription"}
-	leases, err := subscriptions.Claim(ctx, f.srv.DB, f.srv.Instances["tasks"].(*tasks.Module), &subscriptions.ClaimParams{SessionID: session, Grant: grant, LeaseDuration: time.Minute, RecoverBatch: 10})
+	leases, err := subscriptions.Claim(ctx, f.srv.DB, f.srv.Instances["tasks"].(*tasks.Module), f.srv.Authenticator(t), &subscriptions.ClaimParams{SessionID: session, Grant: grant, LeaseDuration: time.Minute, RecoverBatch: 10})
 	if err != nil || len(leases) != 1 || leases[0].Delivery.ID != deliveryID {
 		t.Fatalf("claim: %d leases, %v; want delivery %s", len(leases), err, deliveryID)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/orbitrun/orbit/internal/migrate"
 	"github.com/orbitrun/orbit/internal/testkit/testdb"
 	"github.com/orbitrun/orbit/modules"
+	"github.com/orbitrun/orbit/modules/admin"
 )
 
 func TestMain(m *testing.M) {
@@ -312,7 +313,7 @@ func TestAdminBootstrap(t *testing.T) {
 				}
 			}
 
-			p, err := auth.NewAuthenticator(pool).Authenticate(context.Background(), "Bearer "+f.Token)
+			p, err := admin.NewStore(pool).Authenticate(context.Background(), "Bearer "+f.Token)
 			if err != nil {
 				t.Fatalf("the token of the file does not authenticate: %v", err)
 			}
@@ -342,7 +343,7 @@ func TestAdminBootstrapRerunReusesScope(t *testing.T) {
 	if first.CredentialID == second.CredentialID || first.Token == second.Token {
 		t.Error("re-run did not issue a new credential")
 	}
-	a := auth.NewAuthenticator(pool)
+	a := admin.NewStore(pool)
 	for _, f := range []credentialsFile{first, second} {
 		if _, err := a.Authenticate(context.Background(), "Bearer "+f.Token); err != nil {
 			t.Errorf("credential %s: %v", f.CredentialID, err)
@@ -424,7 +425,7 @@ func TestAdminCredentialRevoke(t *testing.T) {
 	t.Parallel()
 	cfg, pool := setup(t, testdb.NewDSN(t))
 	f := bootstrap(t, cfg, "ns", "q")
-	a := auth.NewAuthenticator(pool)
+	a := admin.NewStore(pool)
 	if _, err := a.Authenticate(context.Background(), "Bearer "+f.Token); err != nil {
 		t.Fatalf("before revoke: %v", err)
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orbitrun/orbit/config"
-	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/migrate"
 	"github.com/orbitrun/orbit/internal/mysqld"
@@ -151,10 +150,11 @@ func ensureDevCredentials(ctx context.Context, cfg *config.Config, path string) 
 	if _, err := migrate.Up(ctx, pool, modules.Migrations()); err != nil {
 		return err
 	}
+	store := admin.NewStore(pool)
 	if f, err := admin.ReadCredentialsFile(path); err == nil {
 		// Keep a file whose token still works and whose URL is where this
 		// server listens; otherwise issue a new one.
-		if _, err := auth.NewAuthenticator(pool).Authenticate(ctx, "Bearer "+f.Token); err == nil && f.URL == cfg.Server.URL() {
+		if _, err := store.Authenticate(ctx, "Bearer "+f.Token); err == nil && f.URL == cfg.Server.URL() {
 			return nil
 		}
 		if err := os.Remove(path); err != nil {
@@ -163,7 +163,7 @@ func ensureDevCredentials(ctx context.Context, cfg *config.Config, path string) 
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	_, err = admin.Bootstrap(ctx, admin.NewStore(pool), &admin.BootstrapParams{
+	_, err = admin.Bootstrap(ctx, store, &admin.BootstrapParams{
 		Namespace: "default", Application: "dev", Environment: "development", Queue: "default",
 		EventAccess: true, WorkerAccess: true, ReviewAccess: true,
 		URL: cfg.Server.URL(), Output: path,

@@ -42,7 +42,7 @@ func init() { modules.Register(&widgets{}) }
 //	                                                (an unclassified error) or "panic"
 type widgets struct {
 	db   *sql.DB
-	auth *auth.Authenticator
+	auth auth.Authenticator
 }
 
 func (*widgets) OrbitModule() modules.Info {
@@ -69,7 +69,11 @@ const createWidgetsTable = `CREATE TABLE IF NOT EXISTS test_widgets (
 // Provision creates the module's table in the server's database.
 func (m *widgets) Provision(ctx context.Context, env *modules.Env) error {
 	m.db = env.DB
-	m.auth = auth.NewAuthenticator(env.DB)
+	a, err := modules.Require[auth.Authenticator](env, "admin")
+	if err != nil {
+		return fmt.Errorf("testwidgets: %w", err)
+	}
+	m.auth = a
 	if _, err := env.DB.ExecContext(ctx, createWidgetsTable); err != nil {
 		return fmt.Errorf("testwidgets: create table: %w", err)
 	}
@@ -78,12 +82,12 @@ func (m *widgets) Provision(ctx context.Context, env *modules.Env) error {
 
 func (m *widgets) Routes(r *mux.Router) {
 	a := m.auth
-	r.Handle("/v1/test-widgets", a.Require(auth.PermTasksSubmit, http.HandlerFunc(m.create))).Methods(http.MethodPost)
-	r.Handle("/v1/test-widgets", a.Require(auth.PermTasksRead, http.HandlerFunc(m.list))).Methods(http.MethodGet)
-	r.Handle("/v1/test-widgets/{id}", a.Require(auth.PermTasksRead, http.HandlerFunc(m.get))).Methods(http.MethodGet)
-	r.Handle("/v1/test-widgets/{id}:slow", a.Require(auth.PermTasksSubmit, http.HandlerFunc(m.slow))).Methods(http.MethodPost)
-	r.Handle("/v1/test-queues/{id}", a.Require(auth.PermTasksRead, http.HandlerFunc(m.queue))).Methods(http.MethodGet)
-	r.Handle("/v1/test-errors/{kind}", a.Require("", http.HandlerFunc(m.fail))).Methods(http.MethodGet)
+	r.Handle("/v1/test-widgets", auth.Require(a, auth.PermTasksSubmit, http.HandlerFunc(m.create))).Methods(http.MethodPost)
+	r.Handle("/v1/test-widgets", auth.Require(a, auth.PermTasksRead, http.HandlerFunc(m.list))).Methods(http.MethodGet)
+	r.Handle("/v1/test-widgets/{id}", auth.Require(a, auth.PermTasksRead, http.HandlerFunc(m.get))).Methods(http.MethodGet)
+	r.Handle("/v1/test-widgets/{id}:slow", auth.Require(a, auth.PermTasksSubmit, http.HandlerFunc(m.slow))).Methods(http.MethodPost)
+	r.Handle("/v1/test-queues/{id}", auth.Require(a, auth.PermTasksRead, http.HandlerFunc(m.queue))).Methods(http.MethodGet)
+	r.Handle("/v1/test-errors/{kind}", auth.Require(a, "", http.HandlerFunc(m.fail))).Methods(http.MethodGet)
 }
 
 var (

@@ -272,6 +272,17 @@ func CursorWithTime(t testing.TB, cursor string, seconds int64) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// Authenticator returns the running admin module as the auth.Authenticator
+// the other modules use, for tests that drive a store directly.
+func (s *Server) Authenticator(t testing.TB) auth.Authenticator {
+	t.Helper()
+	a, ok := s.Instances["admin"].(auth.Authenticator)
+	if !ok {
+		t.Fatal("servertest: the admin module does not offer an auth.Authenticator")
+	}
+	return a
+}
+
 // WorkerGrant creates a credential in c's scope holding tasks:work and a
 // grant on c's queue, and returns its grant: what a worker session's leases
 // and completions check, for tests that drive the tasks store directly.
