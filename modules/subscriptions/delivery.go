@@ -28,12 +28,8 @@ import (
 // may still ACK after its lease ran out, from PENDING or EXPIRED, as long as
 // no new lease replaced it (E-11).
 
-// CodeDeliveryLeaseLost is the event-protocol error for an ACK whose proof
-// is not the delivery's latest lease. A wrong secret gets the same answer.
-const CodeDeliveryLeaseLost httpx.Code = "DELIVERY_LEASE_LOST"
-
 // ErrLeaseLost answers an ACK with a superseded or wrong proof.
-var ErrLeaseLost = httpx.Errorf(CodeDeliveryLeaseLost, "this proof does not hold the delivery's latest lease")
+var ErrLeaseLost = httpx.Errorf(httpx.CodeDeliveryLeaseLost, "this proof does not hold the delivery's latest lease")
 
 // EventSessionOpenParams describe an event connection.
 type EventSessionOpenParams struct {

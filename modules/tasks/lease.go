@@ -33,13 +33,9 @@ const (
 	OutcomeCancelled   = "cancelled"
 )
 
-// CodeTaskLeaseLost is the worker-protocol error for a proof that is not the
-// task's current lease (T-5). A wrong secret gets the same answer.
-const CodeTaskLeaseLost httpx.Code = "TASK_LEASE_LOST"
-
 // ErrLeaseLost is returned for a completion or release whose proof does not
 // hold the task's current lease.
-var ErrLeaseLost = httpx.Errorf(CodeTaskLeaseLost, "the lease is no longer held by this proof")
+var ErrLeaseLost = httpx.Errorf(httpx.CodeTaskLeaseLost, "the lease is no longer held by this proof")
 
 // Assignment is one task leased to a worker session.
 type Assignment struct {
