@@ -90,10 +90,10 @@ type Deliveries interface {
 	EventSessionOpen(ctx context.Context, p *subscriptions.EventSessionOpenParams) (string, error)
 	EventSessionClose(ctx context.Context, sessionID string) error
 	SubscriptionGet(ctx context.Context, id string) (*subscriptions.Subscription, error)
-	// Materialize materialises one batch of the subscription's log.
-	Materialize(ctx context.Context, subscriptionID string) (created int, more bool, err error)
-	Claim(ctx context.Context, p *subscriptions.ClaimParams) ([]subscriptions.Lease, error)
-	AckBatch(ctx context.Context, acks []*subscriptions.AckParams) ([]subscriptions.AckOutcome, error)
+	// DeliveryMaterialize materialises one batch of the subscription's log.
+	DeliveryMaterialize(ctx context.Context, subscriptionID string) (created int, more bool, err error)
+	DeliveryClaim(ctx context.Context, p *subscriptions.DeliveryClaimParams) ([]subscriptions.Lease, error)
+	DeliveryAckBatch(ctx context.Context, acks []*subscriptions.DeliveryAckParams) ([]subscriptions.AckOutcome, error)
 	DeliveryUnsent(ctx context.Context, l *subscriptions.Lease, delay time.Duration) (bool, error)
 	// Claimable returns a channel closed when deliveries may have become
 	// claimable on this node.

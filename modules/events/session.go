@@ -325,7 +325,7 @@ func (s *session) ack(f *wsx.Frame) bool {
 		return false
 	}
 	s.m.acks.Submit(&ackRequest{
-		Params: subscriptions.AckParams{
+		Params: subscriptions.DeliveryAckParams{
 			Grant: s.grant(), SubscriptionID: s.subscription.ID, DeliveryID: *body.DeliveryID, Epoch: uint64(*body.Epoch),
 			Secret: body.LeaseSecret.Encode(), SessionID: s.id,
 		},
@@ -508,11 +508,11 @@ func (s *session) claim(ctx context.Context, app string, materialize bool) ([]su
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
 	if materialize {
-		if _, _, err := s.m.subs.Materialize(ctx, s.subscription.ID); err != nil {
+		if _, _, err := s.m.subs.DeliveryMaterialize(ctx, s.subscription.ID); err != nil {
 			return nil, err
 		}
 	}
-	return s.m.subs.Claim(ctx, &subscriptions.ClaimParams{
+	return s.m.subs.DeliveryClaim(ctx, &subscriptions.DeliveryClaimParams{
 		SessionID: s.id, Grant: s.grant(), LeaseDuration: s.m.cfg.LeaseDuration, RecoverBatch: claimRecoverBatch,
 	})
 }

@@ -27,20 +27,20 @@ func (m *Module) SubscriptionGet(ctx context.Context, id string) (*Subscription,
 	return SubscriptionGet(ctx, m.db, id)
 }
 
-// Materialize materialises one batch of a subscription, of the configured
+// DeliveryMaterialize materialises one batch of a subscription, of the configured
 // size (materialize_batch).
-func (m *Module) Materialize(ctx context.Context, subscriptionID string) (created int, more bool, err error) {
-	return Materialize(ctx, m.db, m.log, subscriptionID, m.cfg.MaterializeBatch)
+func (m *Module) DeliveryMaterialize(ctx context.Context, subscriptionID string) (created int, more bool, err error) {
+	return DeliveryMaterialize(ctx, m.db, m.log, subscriptionID, m.cfg.MaterializeBatch)
 }
 
-// Claim leases deliveries for one event connection.
-func (m *Module) Claim(ctx context.Context, p *ClaimParams) ([]Lease, error) {
-	return Claim(ctx, m.db, m.log, m.auth, p)
+// DeliveryClaim leases deliveries for one event connection.
+func (m *Module) DeliveryClaim(ctx context.Context, p *DeliveryClaimParams) ([]Lease, error) {
+	return DeliveryClaim(ctx, m.db, m.log, m.auth, p)
 }
 
-// AckBatch records ACKs in one transaction.
-func (m *Module) AckBatch(ctx context.Context, acks []*AckParams) ([]AckOutcome, error) {
-	return AckBatch(ctx, m.db, m.auth, acks)
+// DeliveryAckBatch records ACKs in one transaction.
+func (m *Module) DeliveryAckBatch(ctx context.Context, acks []*DeliveryAckParams) ([]AckOutcome, error) {
+	return DeliveryAckBatch(ctx, m.db, m.auth, acks)
 }
 
 // DeliveryUnsent gives back a lease whose event.deliver was never sent.

@@ -19,7 +19,7 @@ func TestT11_RetentionHoldKeepsEventsWithLiveDeliveries(t *testing.T) {
 	ctx := context.Background()
 	f.appendEvents(t, 6)
 	s := f.create(t, "all", nil, zero(), 100)
-	if n, _, err := Materialize(ctx, f.db, f.log, s.ID, 100); err != nil || n != 6 {
+	if n, _, err := DeliveryMaterialize(ctx, f.db, f.log, s.ID, 100); err != nil || n != 6 {
 		t.Fatalf("materialize: %d %v", n, err)
 	}
 	if _, err := f.db.Exec(`UPDATE result_events SET occurred_at = ? WHERE queue_id = ?`, db.Now().Add(-30*24*time.Hour), f.scope.QueueID); err != nil {
@@ -39,7 +39,7 @@ func TestT11_RetentionHoldKeepsEventsWithLiveDeliveries(t *testing.T) {
 	hold := &Module{}
 	purge := func(want int, wantMark uint64, holds ...tasks.RetentionHold) {
 		t.Helper()
-		n, err := tasks.RetentionPurge(ctx, f.db, f.scope.QueueID, db.Now().Add(-24*time.Hour), 100, holds...)
+		n, err := tasks.EventPurge(ctx, f.db, &tasks.EventPurgeParams{QueueID: f.scope.QueueID, Cutoff: db.Now().Add(-24 * time.Hour), Batch: 100, Holds: holds})
 		if err != nil || n != want {
 			t.Fatalf("purged %d events (%v), want %d", n, err, want)
 		}

@@ -46,16 +46,16 @@ type Assignment struct {
 	LeaseSecret string
 }
 
-// SessionOpenParams describe a worker connection.
-type SessionOpenParams struct {
+// WorkerSessionOpenParams describe a worker connection.
+type WorkerSessionOpenParams struct {
 	QueueID      string
 	CredentialID string
 	WorkerName   string
 	Capacity     int
 }
 
-// SessionOpen records a new worker session and returns its id.
-func (s *Store) SessionOpen(ctx context.Context, p *SessionOpenParams) (string, error) {
+// WorkerSessionOpen records a new worker session and returns its id.
+func (s *Store) WorkerSessionOpen(ctx context.Context, p *WorkerSessionOpenParams) (string, error) {
 	id := db.NewID()
 	_, err := s.db.ExecContext(ctx, `
 		INSERT INTO worker_sessions (id, queue_id, credential_id, worker_name, capacity, connected_at)
@@ -66,9 +66,9 @@ func (s *Store) SessionOpen(ctx context.Context, p *SessionOpenParams) (string, 
 	return id, nil
 }
 
-// SessionClose marks a session closed. Its leases stay until they expire or
+// WorkerSessionClose marks a session closed. Its leases stay until they expire or
 // are completed: a completion proof is not bound to the session.
-func (s *Store) SessionClose(ctx context.Context, sessionID string) error {
+func (s *Store) WorkerSessionClose(ctx context.Context, sessionID string) error {
 	_, err := s.db.ExecContext(ctx, `UPDATE worker_sessions SET closed_at = ? WHERE id = ? AND closed_at IS NULL`, db.Now(), sessionID)
 	if err != nil {
 		return fmt.Errorf("tasks: close session: %w", err)
@@ -92,15 +92,15 @@ func sessionLock(ctx context.Context, tx *sql.Tx, sessionID string) (queueID str
 	return queueID, capacity, held, true, nil
 }
 
-// Lease assigns up to the session's free capacity of PENDING tasks of its
+// AttemptLease assigns up to the session's free capacity of PENDING tasks of its
 // queue (T-4). Capacity is checked against the session row, locked in the
 // same transaction, so it holds across nodes; SKIP LOCKED lets many sessions
 // lease from one queue without ever assigning a task twice. The leases are
-// committed before Lease returns, so callers send task.assign only for
+// committed before AttemptLease returns, so callers send task.assign only for
 // persisted leases. grant is what the session's credential must still hold,
 // checked in the same transaction: when it no longer holds, nothing is
 // leased and the error is that of auth.GrantChecker.CheckGrants.
-func (s *Store) Lease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]Assignment, error) {
+func (s *Store) AttemptLease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]Assignment, error) {
 	var out []Assignment
 	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
 		out = nil
@@ -207,10 +207,10 @@ func attemptLock(ctx context.Context, tx *sql.Tx, p *Proof) (*attemptRow, error)
 	return &a, nil
 }
 
-// CompleteParams are a worker's report of an attempt's outcome.
-type CompleteParams struct {
+// AttemptCompleteParams are a worker's report of an attempt's outcome.
+type AttemptCompleteParams struct {
 	Proof
-	// Grant is what the completing credential must still hold (see Lease).
+	// Grant is what the completing credential must still hold (see AttemptLease).
 	Grant        auth.Grant
 	Outcome      string
 	Result       []byte
@@ -229,9 +229,9 @@ type CompleteReply struct {
 	Deduplicated bool         `json:"deduplicated"`
 }
 
-// Complete applies one worker's outcome; see CompleteBatch.
-func (s *Store) Complete(ctx context.Context, p *CompleteParams) (CompleteReply, *Event, error) {
-	outcomes, err := s.CompleteBatch(ctx, []*CompleteParams{p})
+// AttemptComplete applies one worker's outcome; see AttemptCompleteBatch.
+func (s *Store) AttemptComplete(ctx context.Context, p *AttemptCompleteParams) (CompleteReply, *Event, error) {
+	outcomes, err := s.AttemptCompleteBatch(ctx, []*AttemptCompleteParams{p})
 	if err == nil {
 		err = outcomes[0].Err
 	}
@@ -249,7 +249,7 @@ type CompleteOutcome struct {
 	Err   error
 }
 
-// CompleteBatch applies workers' outcomes (T-5, T-7) in one transaction, so
+// AttemptCompleteBatch applies workers' outcomes (T-5, T-7) in one transaction, so
 // that completions arriving together share one commit and one hold of each
 // queue's log head. Each completion is judged on its own: idempotent by the
 // proof (a repeat, in this batch or later, gets the original reply with
@@ -262,7 +262,7 @@ type CompleteOutcome struct {
 // Attempts and tasks are locked first, in task order, and the log heads
 // after, in queue order, so concurrent batches never wait on each other in
 // a cycle.
-func (s *Store) CompleteBatch(ctx context.Context, completions []*CompleteParams) ([]CompleteOutcome, error) {
+func (s *Store) AttemptCompleteBatch(ctx context.Context, completions []*AttemptCompleteParams) ([]CompleteOutcome, error) {
 	order := make([]int, len(completions))
 	for i := range order {
 		order[i] = i
@@ -370,7 +370,7 @@ func (s *Store) CompleteBatch(ctx context.Context, completions []*CompleteParams
 	return outcomes, nil
 }
 
-func (s *Store) applyOutcome(ctx context.Context, tx *sql.Tx, t *Task, p *CompleteParams) (*Event, error) {
+func (s *Store) applyOutcome(ctx context.Context, tx *sql.Tx, t *Task, p *AttemptCompleteParams) (*Event, error) {
 	switch p.Outcome {
 	case OutcomeSucceeded:
 		t.Result, t.ErrorCode, t.ErrorMessage = p.Result, "", ""
@@ -408,9 +408,9 @@ func ValidOutcome(o string) bool {
 	return false
 }
 
-// Release returns a task whose effect never started to PENDING (the attempt
+// AttemptRelease returns a task whose effect never started to PENDING (the attempt
 // does not count against the budget). Releasing twice is harmless.
-func (s *Store) Release(ctx context.Context, p *Proof, reason string) (*Event, error) {
+func (s *Store) AttemptRelease(ctx context.Context, p *Proof, reason string) (*Event, error) {
 	event, err := s.release(ctx, p, reason, ReasonReleased, 0)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: release: %w", err)
@@ -418,7 +418,7 @@ func (s *Store) Release(ctx context.Context, p *Proof, reason string) (*Event, e
 	return event, nil
 }
 
-// LeaseUnsent gives back a lease whose task.assign was never written to
+// AttemptUnsent gives back a lease whose task.assign was never written to
 // the worker's connection, because the frame could not be encoded or the
 // connection was closing. The worker never saw the task, so the attempt
 // is released as by task.release: it does not count against the budget,
@@ -427,7 +427,7 @@ func (s *Store) Release(ctx context.Context, p *Proof, reason string) (*Event, e
 // requested. The task is offered again after delay, so that one whose
 // frame can never be built is not leased in a loop. Calling it twice is
 // harmless; a lease that has meanwhile ended otherwise gets ErrLeaseLost.
-func (s *Store) LeaseUnsent(ctx context.Context, a *Assignment, delay time.Duration) (*Event, error) {
+func (s *Store) AttemptUnsent(ctx context.Context, a *Assignment, delay time.Duration) (*Event, error) {
 	p := Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret}
 	event, err := s.release(ctx, &p, "task.assign not sent", ReasonAssignNotSent, delay)
 	if err != nil {
@@ -491,9 +491,9 @@ func (s *Store) release(ctx context.Context, p *Proof, note, reason string, dela
 const renewQuery = `UPDATE task_attempts FORCE INDEX (ix_attempts_session) SET lease_until = ?
 	WHERE session_id = ? AND state = 'RUNNING' AND lease_until >= ?`
 
-// Renew extends every running lease of a session to now + leaseDuration
+// AttemptRenew extends every running lease of a session to now + leaseDuration
 // (worker.ping) and returns how many it renewed.
-func (s *Store) Renew(ctx context.Context, sessionID string, leaseDuration time.Duration) (int, error) {
+func (s *Store) AttemptRenew(ctx context.Context, sessionID string, leaseDuration time.Duration) (int, error) {
 	// A lock conflict with a completion or a lease can still end in a
 	// deadlock; db.Tx runs the renewal again rather than failing the
 	// ping, which would cost the worker its connection.
@@ -534,11 +534,11 @@ func (s *Store) CancelRequestList(ctx context.Context, sessionID string) ([]Proo
 	return out, rows.Err()
 }
 
-// ExpireLeases recovers up to batch attempts whose lease ran out (T-6): an
+// AttemptRecover recovers up to batch attempts whose lease ran out (T-6): an
 // idempotent task with attempts left goes back to PENDING (task.requeued);
 // an idempotent task without attempts ends FAILED and a non-idempotent one
 // NEEDS_REVIEW, both with effect_uncertain. It returns the events appended.
-func (s *Store) ExpireLeases(ctx context.Context, batch int) ([]Event, error) {
+func (s *Store) AttemptRecover(ctx context.Context, batch int) ([]Event, error) {
 	var events []Event
 	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
 		events = nil
@@ -609,7 +609,7 @@ func (s *Store) ExpireLeases(ctx context.Context, batch int) ([]Event, error) {
 	return events, nil
 }
 
-// SessionAdopt moves to the session sessionID the leases a worker still
+// WorkerSessionAdopt moves to the session sessionID the leases a worker still
 // holds from an earlier connection (worker.hello with resume), so that the
 // session's pings renew them and they count against its capacity. It runs
 // in one transaction: the session row is locked, and each proof is checked
@@ -618,10 +618,10 @@ func (s *Store) ExpireLeases(ctx context.Context, batch int) ([]Event, error) {
 // attempt of the session's queue). A valid lease gets the session and a
 // lease_until of now + leaseDuration; an invalid one is skipped and keeps
 // answering TASK_LEASE_LOST. A repeated attempt is adopted once, and no
-// lease is adopted beyond the session's capacity. SessionAdopt returns the
+// lease is adopted beyond the session's capacity. WorkerSessionAdopt returns the
 // attempt ids adopted, in the order of proofs; a closed session adopts
 // nothing. The proofs' QueueID is ignored: the session's queue applies.
-func (s *Store) SessionAdopt(ctx context.Context, sessionID string, proofs []Proof, leaseDuration time.Duration) ([]string, error) {
+func (s *Store) WorkerSessionAdopt(ctx context.Context, sessionID string, proofs []Proof, leaseDuration time.Duration) ([]string, error) {
 	var adopted []string
 	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
 		adopted = nil

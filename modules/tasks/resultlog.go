@@ -261,11 +261,23 @@ type RetentionHold interface {
 	RetentionHeld(ctx context.Context, q Querier, queueID string, from, to uint64) (uint64, error)
 }
 
-// RetentionPurge deletes, from the bottom of a queue's log, up to batch
-// events older than cutoff, stopping at the first event that is younger or
-// that one of holds keeps, and records the new retention mark. It returns
-// how many events it deleted.
-func RetentionPurge(ctx context.Context, pool *sql.DB, queueID string, cutoff time.Time, batch int, holds ...RetentionHold) (int, error) {
+// EventPurgeParams describe one retention purge of a queue's log.
+type EventPurgeParams struct {
+	QueueID string
+	// Cutoff is the age limit: only events that occurred before it go.
+	Cutoff time.Time
+	// Batch is the most events one purge deletes.
+	Batch int
+	// Holds are asked, in order, which events must be kept.
+	Holds []RetentionHold
+}
+
+// EventPurge deletes, from the bottom of a queue's log, up to p.Batch
+// events older than p.Cutoff, stopping at the first event that is younger
+// or that one of p.Holds keeps, and records the new retention mark. It
+// returns how many events it deleted.
+func EventPurge(ctx context.Context, pool *sql.DB, p *EventPurgeParams) (int, error) {
+	queueID, cutoff, batch, holds := p.QueueID, p.Cutoff, p.Batch, p.Holds
 	deleted := 0
 	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
 		deleted = 0

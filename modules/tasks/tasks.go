@@ -143,7 +143,7 @@ func (m *Module) Stop(ctx context.Context) error {
 // sweepLeases recovers expired leases until none is left (T-6).
 func (m *Module) sweepLeases(ctx context.Context) {
 	for ctx.Err() == nil {
-		events, err := m.store.ExpireLeases(ctx, m.cfg.SweepBatch)
+		events, err := m.store.AttemptRecover(ctx, m.cfg.SweepBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				m.logger.Warn("lease sweep failed", "err", err)
@@ -171,7 +171,7 @@ func (m *Module) sweepRetention(ctx context.Context) {
 	cutoff := db.Now().Add(-m.cfg.Retention)
 	for _, q := range queues {
 		for ctx.Err() == nil {
-			n, err := RetentionPurge(ctx, m.store.DB(), q, cutoff, m.cfg.RetentionBatch, m.holds...)
+			n, err := EventPurge(ctx, m.store.DB(), &EventPurgeParams{QueueID: q, Cutoff: cutoff, Batch: m.cfg.RetentionBatch, Holds: m.holds})
 			if err != nil {
 				if ctx.Err() == nil {
 					m.logger.Warn("retention purge failed", "queue_id", q, "err", err)

@@ -62,14 +62,14 @@ type Config struct {
 // closed after a task becomes PENDING on this node, CancelRequested after a
 // cancel request. See tasks.Store for each method's contract.
 type Tasks interface {
-	SessionOpen(ctx context.Context, p *tasks.SessionOpenParams) (string, error)
-	SessionClose(ctx context.Context, sessionID string) error
-	SessionAdopt(ctx context.Context, sessionID string, proofs []tasks.Proof, leaseDuration time.Duration) ([]string, error)
-	Lease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]tasks.Assignment, error)
-	CompleteBatch(ctx context.Context, completions []*tasks.CompleteParams) ([]tasks.CompleteOutcome, error)
-	Release(ctx context.Context, p *tasks.Proof, reason string) (*tasks.Event, error)
-	LeaseUnsent(ctx context.Context, a *tasks.Assignment, delay time.Duration) (*tasks.Event, error)
-	Renew(ctx context.Context, sessionID string, leaseDuration time.Duration) (int, error)
+	WorkerSessionOpen(ctx context.Context, p *tasks.WorkerSessionOpenParams) (string, error)
+	WorkerSessionClose(ctx context.Context, sessionID string) error
+	WorkerSessionAdopt(ctx context.Context, sessionID string, proofs []tasks.Proof, leaseDuration time.Duration) ([]string, error)
+	AttemptLease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]tasks.Assignment, error)
+	AttemptCompleteBatch(ctx context.Context, completions []*tasks.AttemptCompleteParams) ([]tasks.CompleteOutcome, error)
+	AttemptRelease(ctx context.Context, p *tasks.Proof, reason string) (*tasks.Event, error)
+	AttemptUnsent(ctx context.Context, a *tasks.Assignment, delay time.Duration) (*tasks.Event, error)
+	AttemptRenew(ctx context.Context, sessionID string, leaseDuration time.Duration) (int, error)
 	CancelRequestList(ctx context.Context, sessionID string) ([]tasks.Proof, error)
 	Submitted() <-chan struct{}
 	CancelRequested() <-chan struct{}
