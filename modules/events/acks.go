@@ -23,7 +23,7 @@ const (
 	ackTimeout = 8 * time.Second
 	// acksPerConnection bounds the ACKs one connection has waiting for
 	// their commit; its request loop waits when it reaches the bound.
-	acksPerConnection = 2 * MaxCapacity
+	acksPerConnection = 2 * maxCapacity
 )
 
 // ackRequest is one event.ack waiting for its batch.

@@ -134,8 +134,8 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) *session {
 	); err != nil {
 		return fail(err)
 	}
-	if *body.Capacity < 1 || *body.Capacity > MaxCapacity {
-		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.capacity must be between 1 and %d", MaxCapacity))
+	if *body.Capacity < 1 || *body.Capacity > maxCapacity {
+		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.capacity must be between 1 and %d", maxCapacity))
 	}
 	if !httpx.ValidID(*body.SubscriptionID) {
 		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.subscription_id must be 32 lowercase hex characters"))
@@ -403,7 +403,7 @@ func (s *session) dispatch() {
 		claimable := s.m.subs.Claimable()
 		leases, err := s.claim(ctx, app, materialize)
 		switch {
-		case err == nil, errors.Is(err, ErrClaimPoolFull), ctx.Err() != nil:
+		case err == nil, errors.Is(err, errClaimPoolFull), ctx.Err() != nil:
 		case errors.Is(err, subscriptions.ErrHistoryExpired):
 			// Never jump to the latest position: report and close (E-15).
 			_ = s.c.SendError("", err)
@@ -500,7 +500,7 @@ func (s *session) deliveryUnsent(l *subscriptions.Lease, cause error) {
 // claim runs one claim through the node's claim pool, optionally
 // materialising the subscription first.
 func (s *session) claim(ctx context.Context, app string, materialize bool) ([]subscriptions.Lease, error) {
-	release, err := s.m.pool.Acquire(ctx, app, s.subscription.ID)
+	release, err := s.m.pool.acquire(ctx, app, s.subscription.ID)
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ func leased(t *testing.T, f *fixture, name string, n int) (*Subscription, string
 	t.Helper()
 	ctx := context.Background()
 	s := f.create(t, name, nil, zero(), 100)
-	if created, _, err := DeliveryMaterialize(ctx, f.db, f.log, s.ID, 100); err != nil || created != n {
+	if created, _, err := deliveryMaterialize(ctx, f.db, f.log, s.ID, 100); err != nil || created != n {
 		t.Fatalf("materialize: %d deliveries, %v; want %d", created, err, n)
 	}
 	session, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: n})
@@ -42,7 +42,7 @@ func proof(f *fixture, s *Subscription, session string, l Lease) *DeliveryAckPar
 func wantStates(t *testing.T, f *fixture, s *Subscription, want map[string]string) {
 	t.Helper()
 	for id, state := range want {
-		d, err := DeliveryGet(context.Background(), f.db, s.ID, id)
+		d, err := deliveryGet(context.Background(), f.db, s.ID, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func TestAckBatch_SameProofTwiceIsDeduplicated(t *testing.T) {
 	s, session, leases := leased(t, f, "dup", 1)
 	p := proof(f, s, session, leases[0])
 	again := *p
-	out, err := DeliveryAckBatch(context.Background(), f.db, f.grants, []*DeliveryAckParams{p, &again})
+	out, err := deliveryAckBatch(context.Background(), f.db, f.grants, []*DeliveryAckParams{p, &again})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestAckBatch_RefusedProofDoesNotStopTheOthers(t *testing.T) {
 	wrongSecret := proof(f, s, session, leases[1])
 	wrongSecret.Secret = strings.Repeat("A", len(wrongSecret.Secret))
 	stale := proof(f, s, session, leases[2])
-	out, err := DeliveryAckBatch(ctx, f.db, f.grants, []*DeliveryAckParams{wrongSecret, valid, stale})
+	out, err := deliveryAckBatch(ctx, f.db, f.grants, []*DeliveryAckParams{wrongSecret, valid, stale})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +113,8 @@ func TestAckBatch_RefusedProofDoesNotStopTheOthers(t *testing.T) {
 	}
 	wantStates(t, f, s, map[string]string{
 		valid.DeliveryID:       StateAcked,
-		wrongSecret.DeliveryID: StateLeased,
-		stale.DeliveryID:       StateLeased,
+		wrongSecret.DeliveryID: stateLeased,
+		stale.DeliveryID:       stateLeased,
 	})
 }
 
@@ -131,15 +131,15 @@ func TestAckBatch_ProofForAnotherSubscriptionsDeliveryIsNotFound(t *testing.T) {
 	foreign := proof(f, b, sessionB, leasesB[0])
 	foreign.SubscriptionID = a.ID
 	own := proof(f, a, sessionA, leasesA[0])
-	out, err := DeliveryAckBatch(context.Background(), f.db, f.grants, []*DeliveryAckParams{foreign, own})
+	out, err := deliveryAckBatch(context.Background(), f.db, f.grants, []*DeliveryAckParams{foreign, own})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out[0].Err != ErrDeliveryNotFound || out[1].Err != nil {
+	if out[0].Err != errDeliveryNotFound || out[1].Err != nil {
 		t.Fatalf("errors %v, %v; want not found for the foreign delivery only", out[0].Err, out[1].Err)
 	}
 	wantStates(t, f, a, map[string]string{own.DeliveryID: StateAcked})
-	wantStates(t, f, b, map[string]string{foreign.DeliveryID: StateLeased})
+	wantStates(t, f, b, map[string]string{foreign.DeliveryID: stateLeased})
 }
 
 func TestAckBatch_OutcomesFollowTheInputOrder(t *testing.T) {
@@ -155,7 +155,7 @@ func TestAckBatch_OutcomesFollowTheInputOrder(t *testing.T) {
 	// one proof in the middle is refused.
 	slices.SortFunc(acks, func(x, y *DeliveryAckParams) int { return strings.Compare(y.DeliveryID, x.DeliveryID) })
 	acks[1].Epoch++
-	out, err := DeliveryAckBatch(context.Background(), f.db, f.grants, acks)
+	out, err := deliveryAckBatch(context.Background(), f.db, f.grants, acks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,14 +187,14 @@ func TestAckBatch_GrantIsCheckedInTheBatch(t *testing.T) {
 	if err := admin.NewStore(f.db).CredentialRevoke(ctx, f.grant.CredentialID, "test"); err != nil {
 		t.Fatal(err)
 	}
-	out, err := DeliveryAckBatch(ctx, f.db, f.grants, []*DeliveryAckParams{proof(f, s, session, leases[0])})
+	out, err := deliveryAckBatch(ctx, f.db, f.grants, []*DeliveryAckParams{proof(f, s, session, leases[0])})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out[0].Err != auth.ErrUnauthenticated {
 		t.Fatalf("ACK after revocation: %v, want UNAUTHENTICATED", out[0].Err)
 	}
-	wantStates(t, f, s, map[string]string{leases[0].Delivery.ID: StateLeased})
+	wantStates(t, f, s, map[string]string{leases[0].Delivery.ID: stateLeased})
 	other, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: 1})
 	if err != nil {
 		t.Fatal(err)

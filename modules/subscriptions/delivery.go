@@ -253,7 +253,7 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 		for i, d := range picked {
 			secret, digest := auth.NewLeaseSecret()
 			secrets[i] = secret
-			d.State = StateLeased
+			d.State = stateLeased
 			d.Revision++
 			d.LeaseEpoch++
 			d.Attempts++
@@ -291,7 +291,7 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 	return out, nil
 }
 
-// DeliveryUnsent gives back a lease whose event.deliver was never written
+// deliveryUnsent gives back a lease whose event.deliver was never written
 // to the connection, because the frame could not be encoded or the
 // connection was closing. No consumer saw the delivery, so the lease does
 // not count against the attempt budget: the delivery goes back to PENDING
@@ -300,7 +300,7 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 // lease l still holds is given back; calling it twice, or after the lease
 // was recovered or replaced, changes nothing. It reports whether it gave
 // the lease back.
-func DeliveryUnsent(ctx context.Context, pool *sql.DB, l *Lease, delay time.Duration) (bool, error) {
+func deliveryUnsent(ctx context.Context, pool *sql.DB, l *Lease, delay time.Duration) (bool, error) {
 	d := l.Delivery
 	res, err := pool.ExecContext(ctx, `UPDATE event_deliveries SET state = 'PENDING', revision = revision + 1,
 		attempts = attempts - 1, lease_until = NULL, lease_session_id = NULL, available_at = ?
@@ -352,19 +352,19 @@ type AckResult struct {
 	Deduplicated   bool         `json:"deduplicated"`
 }
 
-// DeliveryAck acknowledges one delivery; see DeliveryAckBatch.
-func DeliveryAck(ctx context.Context, pool *sql.DB, grants auth.GrantChecker, p *DeliveryAckParams) (AckResult, error) {
-	outcomes, err := DeliveryAckBatch(ctx, pool, grants, []*DeliveryAckParams{p})
+// deliveryAck acknowledges one delivery; see DeliveryAckBatch.
+func deliveryAck(ctx context.Context, pool *sql.DB, grants auth.GrantChecker, p *DeliveryAckParams) (AckResult, error) {
+	outcomes, err := deliveryAckBatch(ctx, pool, grants, []*DeliveryAckParams{p})
 	if err != nil {
 		return AckResult{}, err
 	}
 	return outcomes[0].Result, outcomes[0].Err
 }
 
-// ErrDeliveryNotFound answers an ACK for a delivery that does not exist or
+// errDeliveryNotFound answers an ACK for a delivery that does not exist or
 // belongs to another subscription than the connection's (seed 001 §7:
 // NOT_FOUND, and the connection closes).
-var ErrDeliveryNotFound = auth.ErrNotFound("delivery")
+var errDeliveryNotFound = auth.ErrNotFound("delivery")
 
 // AckOutcome answers one ACK of a batch: its result, or the error that
 // refused it: ErrLeaseLost, ErrDeliveryNotFound, or an error of
@@ -374,7 +374,7 @@ type AckOutcome struct {
 	Err    error
 }
 
-// DeliveryAckBatch acknowledges deliveries with their latest proofs (E-9 … E-11),
+// deliveryAckBatch acknowledges deliveries with their latest proofs (E-9 … E-11),
 // all in one transaction, so that ACKs arriving together share one commit
 // (group commit); nothing is answered before that commit. Each ACK is
 // judged on its own: the first time a proof matches, the delivery becomes
@@ -385,7 +385,7 @@ type AckOutcome struct {
 // ErrDeliveryNotFound, and an ACK whose grant no longer holds, checked
 // with grants in the same transaction, gets the error of
 // grants.CheckGrants. An error means nothing was recorded.
-func DeliveryAckBatch(ctx context.Context, pool *sql.DB, grants auth.GrantChecker, acks []*DeliveryAckParams) ([]AckOutcome, error) {
+func deliveryAckBatch(ctx context.Context, pool *sql.DB, grants auth.GrantChecker, acks []*DeliveryAckParams) ([]AckOutcome, error) {
 	ids := make([]string, 0, len(acks))
 	for _, p := range acks {
 		ids = append(ids, p.DeliveryID)
@@ -427,7 +427,7 @@ func DeliveryAckBatch(ctx context.Context, pool *sql.DB, grants auth.GrantChecke
 				outcomes[i].Err = denied[i]
 				continue
 			case d == nil || d.SubscriptionID != p.SubscriptionID:
-				outcomes[i].Err = ErrDeliveryNotFound
+				outcomes[i].Err = errDeliveryNotFound
 				continue
 			case !proofHolds(d, p):
 				outcomes[i].Err = ErrLeaseLost

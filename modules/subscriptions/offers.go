@@ -24,13 +24,13 @@ func (m *Module) EventSessionClose(ctx context.Context, sessionID string) error 
 
 // SubscriptionGet returns a subscription by id, or sql.ErrNoRows.
 func (m *Module) SubscriptionGet(ctx context.Context, id string) (*Subscription, error) {
-	return SubscriptionGet(ctx, m.db, id)
+	return subscriptionGet(ctx, m.db, id)
 }
 
 // DeliveryMaterialize materialises one batch of a subscription, of the configured
 // size (materialize_batch).
 func (m *Module) DeliveryMaterialize(ctx context.Context, subscriptionID string) (created int, more bool, err error) {
-	return DeliveryMaterialize(ctx, m.db, m.log, subscriptionID, m.cfg.MaterializeBatch)
+	return deliveryMaterialize(ctx, m.db, m.log, subscriptionID, m.cfg.MaterializeBatch)
 }
 
 // DeliveryClaim leases deliveries for one event connection.
@@ -40,12 +40,12 @@ func (m *Module) DeliveryClaim(ctx context.Context, p *DeliveryClaimParams) ([]L
 
 // DeliveryAckBatch records ACKs in one transaction.
 func (m *Module) DeliveryAckBatch(ctx context.Context, acks []*DeliveryAckParams) ([]AckOutcome, error) {
-	return DeliveryAckBatch(ctx, m.db, m.auth, acks)
+	return deliveryAckBatch(ctx, m.db, m.auth, acks)
 }
 
 // DeliveryUnsent gives back a lease whose event.deliver was never sent.
 func (m *Module) DeliveryUnsent(ctx context.Context, l *Lease, delay time.Duration) (bool, error) {
-	return DeliveryUnsent(ctx, m.db, l, delay)
+	return deliveryUnsent(ctx, m.db, l, delay)
 }
 
 // Claimable returns a channel closed when deliveries may have become
@@ -60,5 +60,5 @@ func (m *Module) MaterializeSoon() { m.wake.Notify() }
 // RetentionHeld returns the lowest sequence in [from, to) of a queue's log
 // that a live delivery holds, in the purge's transaction q.
 func (m *Module) RetentionHeld(ctx context.Context, q Querier, queueID string, from, to uint64) (uint64, error) {
-	return RetentionHeld(ctx, q, queueID, from, to)
+	return retentionHeld(ctx, q, queueID, from, to)
 }

@@ -81,7 +81,7 @@ func TestCompleteBatch_RefusedProofDoesNotStopTheOthers(t *testing.T) {
 	if _, err := f.db.Exec(`UPDATE task_attempts SET lease_until = ? WHERE id = ?`, db.Now().Add(-time.Second), as[2].AttemptID); err != nil {
 		t.Fatal(err)
 	}
-	if events, err := f.store.AttemptRecover(ctx, 10); err != nil || len(events) != 1 {
+	if events, err := f.store.attemptRecover(ctx, 10); err != nil || len(events) != 1 {
 		t.Fatalf("expire: %d events, %v; want the third task requeued", len(events), err)
 	}
 	session, err := f.store.WorkerSessionOpen(ctx, &WorkerSessionOpenParams{QueueID: f.queues[0], CredentialID: f.worker, Capacity: 1})
@@ -99,7 +99,7 @@ func TestCompleteBatch_RefusedProofDoesNotStopTheOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out[0].Err != ErrLeaseLost || out[1].Err != nil || out[2].Err != ErrLeaseLost {
+	if out[0].Err != errLeaseLost || out[1].Err != nil || out[2].Err != errLeaseLost {
 		t.Fatalf("errors %v, %v, %v; want lease lost, nil, lease lost", out[0].Err, out[1].Err, out[2].Err)
 	}
 	if got := taskState(t, f, valid.TaskID); got.State != StateSucceeded {
@@ -183,7 +183,7 @@ func TestCompleteBatch_SequencesArePerQueueWithoutGaps(t *testing.T) {
 		if o.Err != nil || o.Event == nil {
 			t.Fatalf("completion %d: %+v; want applied", i, o)
 		}
-		logged, err := EventsBySequence(ctx, f.db, interleaved[i].Task.QueueID, []uint64{uint64(o.Event.Sequence)})
+		logged, err := eventsBySequence(ctx, f.db, interleaved[i].Task.QueueID, []uint64{uint64(o.Event.Sequence)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,7 +20,7 @@ import (
 // Attempt states.
 const (
 	AttemptRunning   = "RUNNING"
-	AttemptCompleted = "COMPLETED"
+	attemptCompleted = "COMPLETED"
 	AttemptReleased  = "RELEASED"
 	AttemptExpired   = "EXPIRED"
 )
@@ -33,9 +33,9 @@ const (
 	OutcomeCancelled   = "cancelled"
 )
 
-// ErrLeaseLost is returned for a completion or release whose proof does not
+// errLeaseLost is returned for a completion or release whose proof does not
 // hold the task's current lease.
-var ErrLeaseLost = httpx.Errorf(httpx.CodeTaskLeaseLost, "the lease is no longer held by this proof")
+var errLeaseLost = httpx.Errorf(httpx.CodeTaskLeaseLost, "the lease is no longer held by this proof")
 
 // Assignment is one task leased to a worker session.
 type Assignment struct {
@@ -147,7 +147,7 @@ func (s *Store) AttemptLease(ctx context.Context, sessionID string, grant auth.G
 			t.CurrentAttemptID = a.AttemptID
 			t.CancelRequested = false
 			a.Epoch = t.LeaseEpoch
-			if _, err := transition(ctx, tx, t, StateRunning, "", Details{}); err != nil {
+			if _, err := transition(ctx, tx, t, StateRunning, "", eventDetails{}); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, `
@@ -194,7 +194,7 @@ func attemptLock(ctx context.Context, tx *sql.Tx, p *Proof) (*attemptRow, error)
 	err := tx.QueryRowContext(ctx, `SELECT task_id, queue_id, epoch, lease_secret_digest, state, reply FROM task_attempts WHERE id = ? FOR UPDATE`, p.AttemptID).
 		Scan(&a.taskID, &a.queueID, &a.epoch, &a.digest, &a.state, &a.reply)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrLeaseLost
+		return nil, errLeaseLost
 	}
 	if err != nil {
 		return nil, err
@@ -202,7 +202,7 @@ func attemptLock(ctx context.Context, tx *sql.Tx, p *Proof) (*attemptRow, error)
 	digest := sha256.Sum256([]byte(p.LeaseSecret))
 	ok := subtle.ConstantTimeCompare(a.digest, digest[:]) == 1
 	if !ok || a.taskID != p.TaskID || a.epoch != p.Epoch || (p.QueueID != "" && a.queueID != p.QueueID) {
-		return nil, ErrLeaseLost
+		return nil, errLeaseLost
 	}
 	return &a, nil
 }
@@ -303,14 +303,14 @@ func (s *Store) AttemptCompleteBatch(ctx context.Context, completions []*Attempt
 				continue
 			}
 			a, err := attemptLock(ctx, tx, &p.Proof)
-			if errors.Is(err, ErrLeaseLost) {
+			if errors.Is(err, errLeaseLost) {
 				outcomes[i].Err = err
 				continue
 			}
 			if err != nil {
 				return err
 			}
-			if a.state == AttemptCompleted && a.reply.Valid {
+			if a.state == attemptCompleted && a.reply.Valid {
 				if err := json.Unmarshal([]byte(a.reply.String), &outcomes[i].Reply); err != nil {
 					return fmt.Errorf("tasks: stored reply: %w", err)
 				}
@@ -318,7 +318,7 @@ func (s *Store) AttemptCompleteBatch(ctx context.Context, completions []*Attempt
 				continue
 			}
 			if a.state != AttemptRunning {
-				outcomes[i].Err = ErrLeaseLost
+				outcomes[i].Err = errLeaseLost
 				continue
 			}
 			t, err := taskLock(ctx, tx, p.TaskID)
@@ -326,7 +326,7 @@ func (s *Store) AttemptCompleteBatch(ctx context.Context, completions []*Attempt
 				return err
 			}
 			if t.State != StateRunning || t.CurrentAttemptID != p.AttemptID {
-				outcomes[i].Err = ErrLeaseLost
+				outcomes[i].Err = errLeaseLost
 				continue
 			}
 			first[p.AttemptID] = i
@@ -374,24 +374,24 @@ func (s *Store) applyOutcome(ctx context.Context, tx *sql.Tx, t *Task, p *Attemp
 	switch p.Outcome {
 	case OutcomeSucceeded:
 		t.Result, t.ErrorCode, t.ErrorMessage = p.Result, "", ""
-		return transition(ctx, tx, t, StateSucceeded, EventSucceeded, Details{Reason: ReasonCompleted})
+		return transition(ctx, tx, t, StateSucceeded, EventSucceeded, eventDetails{Reason: reasonCompleted})
 	case OutcomeFailed:
 		t.ErrorCode, t.ErrorMessage = p.ErrorCode, p.ErrorMessage
 		if t.Idempotent && t.Attempts < t.MaxAttempts && !t.CancelRequested {
 			t.AvailableAt = db.Now().Add(s.Backoff(t.Attempts))
-			return transition(ctx, tx, t, StatePending, EventRequeued, Details{Reason: ReasonAttemptFailed, ErrorCode: p.ErrorCode})
+			return transition(ctx, tx, t, StatePending, EventRequeued, eventDetails{Reason: reasonAttemptFailed, ErrorCode: p.ErrorCode})
 		}
 		t.Result = p.Result
-		return transition(ctx, tx, t, StateFailed, EventFailed, Details{Reason: ReasonAttemptFailed, ErrorCode: p.ErrorCode})
+		return transition(ctx, tx, t, StateFailed, EventFailed, eventDetails{Reason: reasonAttemptFailed, ErrorCode: p.ErrorCode})
 	case OutcomeNeedsReview:
 		t.Result = p.Result
-		return transition(ctx, tx, t, StateNeedsReview, EventNeedsReview, Details{Reason: ReasonWorkerReview})
+		return transition(ctx, tx, t, StateNeedsReview, EventNeedsReview, eventDetails{Reason: reasonWorkerReview})
 	case OutcomeCancelled:
 		reason := ReasonWorkerCancelled
 		if t.CancelRequested {
-			reason = ReasonCancelRequested
+			reason = reasonCancelRequested
 		}
-		return transition(ctx, tx, t, StateCancelled, EventCancelled, Details{Reason: reason})
+		return transition(ctx, tx, t, StateCancelled, EventCancelled, eventDetails{Reason: reason})
 	}
 	return nil, errInvalidOutcome
 }
@@ -411,7 +411,7 @@ func ValidOutcome(o string) bool {
 // AttemptRelease returns a task whose effect never started to PENDING (the attempt
 // does not count against the budget). Releasing twice is harmless.
 func (s *Store) AttemptRelease(ctx context.Context, p *Proof, reason string) (*Event, error) {
-	event, err := s.release(ctx, p, reason, ReasonReleased, 0)
+	event, err := s.release(ctx, p, reason, reasonReleased, 0)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: release: %w", err)
 	}
@@ -429,7 +429,7 @@ func (s *Store) AttemptRelease(ctx context.Context, p *Proof, reason string) (*E
 // harmless; a lease that has meanwhile ended otherwise gets ErrLeaseLost.
 func (s *Store) AttemptUnsent(ctx context.Context, a *Assignment, delay time.Duration) (*Event, error) {
 	p := Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret}
-	event, err := s.release(ctx, &p, "task.assign not sent", ReasonAssignNotSent, delay)
+	event, err := s.release(ctx, &p, "task.assign not sent", reasonAssignNotSent, delay)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: lease unsent: %w", err)
 	}
@@ -452,21 +452,21 @@ func (s *Store) release(ctx context.Context, p *Proof, note, reason string, dela
 			return nil
 		}
 		if a.state != AttemptRunning {
-			return ErrLeaseLost
+			return errLeaseLost
 		}
 		t, err := taskLock(ctx, tx, p.TaskID)
 		if err != nil {
 			return err
 		}
 		if t.State != StateRunning || t.CurrentAttemptID != p.AttemptID {
-			return ErrLeaseLost
+			return errLeaseLost
 		}
 		t.Attempts--
 		t.AvailableAt = db.Now().Add(delay)
 		if t.CancelRequested {
-			event, err = transition(ctx, tx, t, StateCancelled, EventCancelled, Details{Reason: ReasonCancelRequested})
+			event, err = transition(ctx, tx, t, StateCancelled, EventCancelled, eventDetails{Reason: reasonCancelRequested})
 		} else {
-			event, err = transition(ctx, tx, t, StatePending, EventRequeued, Details{Reason: reason})
+			event, err = transition(ctx, tx, t, StatePending, EventRequeued, eventDetails{Reason: reason})
 		}
 		if err != nil {
 			return err
@@ -534,11 +534,11 @@ func (s *Store) CancelRequestList(ctx context.Context, sessionID string) ([]Proo
 	return out, rows.Err()
 }
 
-// AttemptRecover recovers up to batch attempts whose lease ran out (T-6): an
+// attemptRecover recovers up to batch attempts whose lease ran out (T-6): an
 // idempotent task with attempts left goes back to PENDING (task.requeued);
 // an idempotent task without attempts ends FAILED and a non-idempotent one
 // NEEDS_REVIEW, both with effect_uncertain. It returns the events appended.
-func (s *Store) AttemptRecover(ctx context.Context, batch int) ([]Event, error) {
+func (s *Store) attemptRecover(ctx context.Context, batch int) ([]Event, error) {
 	var events []Event
 	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
 		events = nil
@@ -579,17 +579,17 @@ func (s *Store) AttemptRecover(ctx context.Context, batch int) ([]Event, error) 
 				// Nobody will run it again: the cancel wins, but the
 				// attempt may have had effects.
 				t.EffectUncertain = true
-				ev, err = transition(ctx, tx, t, StateCancelled, EventCancelled, Details{Reason: ReasonCancelRequested})
+				ev, err = transition(ctx, tx, t, StateCancelled, EventCancelled, eventDetails{Reason: reasonCancelRequested})
 			case t.Idempotent && t.Attempts < t.MaxAttempts:
 				t.AvailableAt = now
-				ev, err = transition(ctx, tx, t, StatePending, EventRequeued, Details{Reason: ReasonLeaseExpired})
+				ev, err = transition(ctx, tx, t, StatePending, EventRequeued, eventDetails{Reason: ReasonLeaseExpired})
 			case t.Idempotent:
 				t.EffectUncertain = true
 				t.ErrorCode, t.ErrorMessage = ReasonLeaseExpired, "the worker's lease expired and no attempts remain"
-				ev, err = transition(ctx, tx, t, StateFailed, EventFailed, Details{Reason: ReasonLeaseExpired})
+				ev, err = transition(ctx, tx, t, StateFailed, EventFailed, eventDetails{Reason: ReasonLeaseExpired})
 			default:
 				t.EffectUncertain = true
-				ev, err = transition(ctx, tx, t, StateNeedsReview, EventNeedsReview, Details{Reason: ReasonLeaseExpired})
+				ev, err = transition(ctx, tx, t, StateNeedsReview, EventNeedsReview, eventDetails{Reason: ReasonLeaseExpired})
 			}
 			if err != nil {
 				return err
@@ -665,7 +665,7 @@ func (s *Store) WorkerSessionAdopt(ctx context.Context, sessionID string, proofs
 // the task's current, running lease, as Complete would accept it.
 func adoptable(ctx context.Context, tx *sql.Tx, p *Proof) (bool, error) {
 	a, err := attemptLock(ctx, tx, p)
-	if errors.Is(err, ErrLeaseLost) {
+	if errors.Is(err, errLeaseLost) {
 		return false, nil
 	}
 	if err != nil {

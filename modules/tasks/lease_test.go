@@ -51,7 +51,7 @@ func TestT2_CancelRequestedSurvivesAnExpiredLease(t *testing.T) {
 	if _, err := f.db.Exec(`UPDATE task_attempts SET lease_until = ? WHERE id = ?`, db.Now().Add(-time.Second), a.AttemptID); err != nil {
 		t.Fatal(err)
 	}
-	events, err := f.store.AttemptRecover(context.Background(), 10)
+	events, err := f.store.attemptRecover(context.Background(), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestT5_CompleteIsIdempotentByProof(t *testing.T) {
 	}
 	wrong := *p
 	wrong.LeaseSecret = "x" + p.LeaseSecret[1:]
-	if _, _, err := f.store.AttemptComplete(ctx, &wrong); err == nil || err.Error() != "tasks: complete: "+ErrLeaseLost.Error() {
+	if _, _, err := f.store.AttemptComplete(ctx, &wrong); err == nil || err.Error() != "tasks: complete: "+errLeaseLost.Error() {
 		t.Fatalf("wrong secret: %v, want the lease-lost error", err)
 	}
 	stale := *p
@@ -153,7 +153,7 @@ func TestT6_LeaseExpiryPaths(t *testing.T) {
 			if _, err := f.db.Exec(`UPDATE task_attempts SET lease_until = ? WHERE id = ?`, db.Now().Add(-time.Second), a.AttemptID); err != nil {
 				t.Fatal(err)
 			}
-			events, err := f.store.AttemptRecover(context.Background(), 10)
+			events, err := f.store.attemptRecover(context.Background(), 10)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -191,8 +191,8 @@ func TestT4_LeaseUnsentIsReleasedWithoutCountingTheAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev == nil || ev.Type != EventRequeued || !strings.Contains(string(ev.Details), `"reason":"`+ReasonAssignNotSent+`"`) {
-		t.Fatalf("event %+v, want task.requeued with %s", ev, ReasonAssignNotSent)
+	if ev == nil || ev.Type != EventRequeued || !strings.Contains(string(ev.Details), `"reason":"`+reasonAssignNotSent+`"`) {
+		t.Fatalf("event %+v, want task.requeued with %s", ev, reasonAssignNotSent)
 	}
 	got := taskState(t, f, a.Task.ID)
 	if got.State != StatePending || got.Attempts != 0 || got.EffectUncertain {

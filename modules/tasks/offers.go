@@ -22,18 +22,18 @@ func (s *Store) StreamGet(ctx context.Context, q Querier, queueID string) (Strea
 
 // StreamHeads returns the committed heads of the given queues' logs.
 func (s *Store) StreamHeads(ctx context.Context, q Querier, queueIDs []string) (map[string]uint64, error) {
-	return StreamHeads(ctx, q, queueIDs)
+	return streamHeads(ctx, q, queueIDs)
 }
 
 // EventScan returns up to limit events of a queue after a sequence, without
 // their bodies.
 func (s *Store) EventScan(ctx context.Context, q Querier, queueID string, after uint64, limit int) ([]EventRef, error) {
-	return EventScan(ctx, q, queueID, after, limit)
+	return eventScan(ctx, q, queueID, after, limit)
 }
 
 // EventsBySequence returns the events of a queue at the given sequences.
 func (s *Store) EventsBySequence(ctx context.Context, q Querier, queueID string, sequences []uint64) (map[uint64]Event, error) {
-	return EventsBySequence(ctx, q, queueID, sequences)
+	return eventsBySequence(ctx, q, queueID, sequences)
 }
 
 // EventGet returns one event by id within a queue, or sql.ErrNoRows.

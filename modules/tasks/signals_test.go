@@ -101,7 +101,7 @@ func TestStoreAnnouncesItsOwnCommits(t *testing.T) {
 			t.Fatalf("lease again: %v, %d", err, len(again))
 		}
 		appended, submitted = f.store.Appended(), f.store.Submitted()
-		if events, err := f.store.AttemptRecover(ctx, 10); err != nil || len(events) != 1 {
+		if events, err := f.store.attemptRecover(ctx, 10); err != nil || len(events) != 1 {
 			t.Fatalf("expire: %v, %d events", err, len(events))
 		}
 		if !closed(appended) || !closed(submitted) {
@@ -116,7 +116,7 @@ func TestStoreAnnouncesItsOwnCommits(t *testing.T) {
 		appended := f.store.Appended()
 		lost := proofOf(a)
 		lost.LeaseSecret = "wrong"
-		if _, _, err := f.store.AttemptComplete(ctx, &AttemptCompleteParams{Proof: lost, Grant: f.grant(f.queues[0]), Outcome: OutcomeSucceeded}); !errors.Is(err, ErrLeaseLost) {
+		if _, _, err := f.store.AttemptComplete(ctx, &AttemptCompleteParams{Proof: lost, Grant: f.grant(f.queues[0]), Outcome: OutcomeSucceeded}); !errors.Is(err, errLeaseLost) {
 			t.Fatalf("complete with a wrong secret: %v, want TASK_LEASE_LOST", err)
 		}
 		if closed(appended) {

@@ -23,7 +23,7 @@ const (
 	completeTimeout = 8 * time.Second
 	// completionsPerConnection bounds the completions one connection has
 	// waiting for their commit; its request loop waits at the bound.
-	completionsPerConnection = MaxCapacity
+	completionsPerConnection = maxCapacity
 )
 
 // completeRequest is one task.complete waiting for its batch.

@@ -33,9 +33,9 @@ const (
 // sessionCleanupTimeout bounds the database work after a connection ends.
 const sessionCleanupTimeout = 5 * time.Second
 
-// MaxResume is the largest number of lease proofs a worker.hello may carry
+// maxResume is the largest number of lease proofs a worker.hello may carry
 // in resume, as many as the largest capacity.
-const MaxResume = MaxCapacity
+const maxResume = maxCapacity
 
 type helloBody struct {
 	QueueID    *string `json:"queue_id"`
@@ -190,8 +190,8 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) (*session, error) {
 	); err != nil {
 		return fail(err)
 	}
-	if *body.Capacity < 1 || *body.Capacity > MaxCapacity {
-		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.capacity must be between 1 and %d", MaxCapacity))
+	if *body.Capacity < 1 || *body.Capacity > maxCapacity {
+		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.capacity must be between 1 and %d", maxCapacity))
 	}
 	if !httpx.ValidID(*body.QueueID) {
 		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.queue_id must be 32 lowercase hex characters"))
@@ -351,8 +351,8 @@ func checkProof(b *proofBody, path, queueID string) (tasks.Proof, error) {
 // resumeProofs checks the resume of a hello: at most MaxResume proofs, no
 // more than the hello's capacity, each complete and well formed.
 func resumeProofs(resume []proofBody, capacity int, queueID string) ([]tasks.Proof, error) {
-	if len(resume) > MaxResume {
-		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "body.resume holds at most %d attempts", MaxResume)
+	if len(resume) > maxResume {
+		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "body.resume holds at most %d attempts", maxResume)
 	}
 	if len(resume) > capacity {
 		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "body.resume holds more attempts than capacity")

@@ -24,18 +24,18 @@ import (
 
 func init() { modules.Register(&Module{}) }
 
-// Subprotocol is the WebSocket sub-protocol of the worker entry.
-const Subprotocol = "orbit.workers.v1"
+// subprotocol is the WebSocket sub-protocol of the worker entry.
+const subprotocol = "orbit.workers.v1"
 
 // Defaults of the workers section.
 const (
-	DefaultLeaseDuration     = 30 * time.Second
-	DefaultHeartbeatInterval = 15 * time.Second
+	defaultLeaseDuration     = 30 * time.Second
+	defaultHeartbeatInterval = 15 * time.Second
 	DefaultMaxConnections    = 128
-	DefaultHelloTimeout      = 5 * time.Second
-	DefaultIdleTimeout       = 60 * time.Second
-	DefaultPollInterval      = time.Second
-	MaxCapacity              = 32
+	defaultHelloTimeout      = 5 * time.Second
+	defaultIdleTimeout       = 60 * time.Second
+	defaultPollInterval      = time.Second
+	maxCapacity              = 32
 )
 
 // Config is the `workers` section.
@@ -95,9 +95,9 @@ func (*Module) OrbitModule() modules.Info {
 		Roles:    []string{"server"},
 		New: func() modules.Module {
 			return &Module{cfg: Config{
-				LeaseDuration: DefaultLeaseDuration, HeartbeatInterval: DefaultHeartbeatInterval,
-				MaxConnections: DefaultMaxConnections, HelloTimeout: DefaultHelloTimeout,
-				IdleTimeout: DefaultIdleTimeout, PollInterval: DefaultPollInterval,
+				LeaseDuration: defaultLeaseDuration, HeartbeatInterval: defaultHeartbeatInterval,
+				MaxConnections: DefaultMaxConnections, HelloTimeout: defaultHelloTimeout,
+				IdleTimeout: defaultIdleTimeout, PollInterval: defaultPollInterval,
 			}}
 		},
 	}
@@ -136,7 +136,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.logger = env.Logger.With("module", "workers")
 	m.completes = m.newCompleteBatcher()
 	entry, err := wsx.NewEntry(wsx.Config{
-		Subprotocol:  Subprotocol,
+		Subprotocol:  subprotocol,
 		Permission:   auth.PermTasksWork,
 		Authenticate: wsx.FromAuthenticator(m.auth),
 		MaxConns:     m.cfg.MaxConnections,
