@@ -26,6 +26,17 @@ const (
 	CodeInternal            Code = "INTERNAL"
 )
 
+// The error codes of the WebSocket protocols (C-7): they travel in a frame's
+// error, never as an HTTP status, so Status maps them to 500.
+const (
+	// CodeTaskLeaseLost answers a worker's proof that is not the task's
+	// current lease (T-5). A wrong secret gets the same answer.
+	CodeTaskLeaseLost Code = "TASK_LEASE_LOST"
+	// CodeDeliveryLeaseLost answers an event ACK whose proof is not the
+	// delivery's latest lease. A wrong secret gets the same answer.
+	CodeDeliveryLeaseLost Code = "DELIVERY_LEASE_LOST"
+)
+
 // Status returns the HTTP status of the code. An unknown code is a bug in
 // the server and maps to 500.
 func (c Code) Status() int {

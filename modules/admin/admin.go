@@ -88,7 +88,7 @@ func (m *Module) getCredential(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := auth.FromContext(r.Context())
-	ns, app, env, err := m.store.ScopeNames(r.Context(), p.NamespaceID, p.ApplicationID, p.EnvironmentID)
+	ns, app, env, err := m.store.scopeNames(r.Context(), p.NamespaceID, p.ApplicationID, p.EnvironmentID)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return

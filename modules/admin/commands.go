@@ -39,9 +39,9 @@ type BootstrapParams struct {
 	Output                                     string
 }
 
-// Permissions returns what a bootstrapped credential holds: tasks:submit,
+// permissions returns what a bootstrapped credential holds: tasks:submit,
 // tasks:read and tasks:cancel always, the rest only on request (S-2).
-func (p *BootstrapParams) Permissions() []string {
+func (p *BootstrapParams) permissions() []string {
 	perms := []string{auth.PermTasksSubmit, auth.PermTasksRead, auth.PermTasksCancel}
 	if p.EventAccess {
 		perms = append(perms, auth.PermEventsRead, auth.PermEventsConsume, auth.PermEventsManage)
@@ -81,7 +81,7 @@ func Bootstrap(ctx context.Context, store *Store, p *BootstrapParams) (*orbit.Cr
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if err := CheckOutputPath(p.Output); err != nil {
+	if err := checkOutputPath(p.Output); err != nil {
 		return nil, err
 	}
 	sc, err := store.ScopeEnsure(ctx, &ScopeEnsureParams{
@@ -92,7 +92,7 @@ func Bootstrap(ctx context.Context, store *Store, p *BootstrapParams) (*orbit.Cr
 	}
 	cred, token, err := store.CredentialCreate(ctx, &CredentialCreateParams{
 		NamespaceID: sc.NamespaceID, ApplicationID: sc.ApplicationID, EnvironmentID: sc.EnvironmentID,
-		Label: "bootstrap " + p.Queue, Permissions: p.Permissions(), Queues: []string{sc.QueueID},
+		Label: "bootstrap " + p.Queue, Permissions: p.permissions(), Queues: []string{sc.QueueID},
 	})
 	if err != nil {
 		return nil, err
@@ -104,7 +104,7 @@ func Bootstrap(ctx context.Context, store *Store, p *BootstrapParams) (*orbit.Cr
 		Environment: sc.Environment, EnvironmentID: sc.EnvironmentID,
 		Queue: sc.Queue, QueueID: sc.QueueID, Permissions: cred.Permissions,
 	}
-	if err := WriteCredentialsFile(p.Output, f); err != nil {
+	if err := writeCredentialsFile(p.Output, f); err != nil {
 		if rerr := store.CredentialRevoke(ctx, cred.ID, "credentials file could not be written"); rerr != nil {
 			return nil, multierror.Append(err, rerr)
 		}
@@ -130,7 +130,7 @@ must not be accessible to other users (chmod 700). The token is shown only there
 			if err := p.Validate(); err != nil {
 				return err
 			}
-			if err := CheckOutputPath(p.Output); err != nil {
+			if err := checkOutputPath(p.Output); err != nil {
 				return err
 			}
 			env, done, err := open(cmd)
@@ -202,7 +202,7 @@ func credentialCreateCommand(open opener) *cobra.Command {
 				}
 			}
 			if output != "" && output != "-" {
-				if err := CheckOutputPath(output); err != nil {
+				if err := checkOutputPath(output); err != nil {
 					errs = multierror.Append(errs, err)
 				}
 			}
@@ -253,7 +253,7 @@ func credentialCreateCommand(open opener) *cobra.Command {
 				enc.SetIndent("", "  ")
 				return enc.Encode(f)
 			}
-			if err := WriteCredentialsFile(output, f); err != nil {
+			if err := writeCredentialsFile(output, f); err != nil {
 				if rerr := store.CredentialRevoke(cmd.Context(), cred.ID, "credentials file could not be written"); rerr != nil {
 					return multierror.Append(err, rerr)
 				}
@@ -294,7 +294,7 @@ func credentialListCommand(open opener) *cobra.Command {
 					return fmt.Errorf("--namespace: no namespace %q", namespace)
 				}
 			}
-			creds, err := store.CredentialList(cmd.Context(), &CredentialListParams{NamespaceID: nsID})
+			creds, err := store.credentialList(cmd.Context(), &credentialListParams{NamespaceID: nsID})
 			if err != nil {
 				return err
 			}

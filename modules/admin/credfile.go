@@ -11,10 +11,10 @@ import (
 	orbit "github.com/orbitrun/orbit/sdk/go"
 )
 
-// CheckOutputPath reports why path cannot receive a credentials file: it
+// checkOutputPath reports why path cannot receive a credentials file: it
 // exists already, its directory is missing, or others may read the
 // directory. It is called before anything is created.
-func CheckOutputPath(path string) error {
+func checkOutputPath(path string) error {
 	if _, err := os.Lstat(path); err == nil {
 		return fmt.Errorf("--output: %s already exists; refusing to overwrite a credentials file", path)
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -34,10 +34,10 @@ func CheckOutputPath(path string) error {
 	return nil
 }
 
-// WriteCredentialsFile writes f to path with mode 0600, failing if the file
+// writeCredentialsFile writes f to path with mode 0600, failing if the file
 // exists. The format is the SDK's (orbit.Credentials), which the SDK and the
 // receiver read.
-func WriteCredentialsFile(path string, f *orbit.Credentials) error {
+func writeCredentialsFile(path string, f *orbit.Credentials) error {
 	body, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return err

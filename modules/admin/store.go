@@ -231,14 +231,14 @@ func (s *Store) CredentialRevoke(ctx context.Context, credentialID, reason strin
 	return nil
 }
 
-// CredentialListParams filters the credential list. Empty fields match all.
-type CredentialListParams struct {
+// credentialListParams filters the credential list. Empty fields match all.
+type credentialListParams struct {
 	NamespaceID string
 }
 
-// CredentialList returns credentials, newest first, with their permissions and
+// credentialList returns credentials, newest first, with their permissions and
 // grants.
-func (s *Store) CredentialList(ctx context.Context, p *CredentialListParams) ([]Credential, error) {
+func (s *Store) credentialList(ctx context.Context, p *credentialListParams) ([]Credential, error) {
 	rows, err := s.db.QueryContext(ctx, `
 		SELECT c.id, c.namespace_id, c.application_id, c.environment_id, c.label, c.created_at, c.revoked_at
 		FROM credentials c
@@ -275,9 +275,9 @@ func (s *Store) CredentialList(ctx context.Context, p *CredentialListParams) ([]
 	return out, nil
 }
 
-// ScopeNames returns the names of the namespace, application and environment
+// scopeNames returns the names of the namespace, application and environment
 // of a credential's scope, for display.
-func (s *Store) ScopeNames(ctx context.Context, namespaceID, applicationID, environmentID string) (ns, app, env string, err error) {
+func (s *Store) scopeNames(ctx context.Context, namespaceID, applicationID, environmentID string) (ns, app, env string, err error) {
 	err = s.db.QueryRowContext(ctx, `
 		SELECT n.name, a.name, e.name FROM namespaces n, applications a, environments e
 		WHERE n.id = ? AND a.id = ? AND e.id = ?`, namespaceID, applicationID, environmentID).Scan(&ns, &app, &env)

@@ -23,19 +23,19 @@ const (
 	ackTimeout = 8 * time.Second
 	// acksPerConnection bounds the ACKs one connection has waiting for
 	// their commit; its request loop waits when it reaches the bound.
-	acksPerConnection = 2 * MaxCapacity
+	acksPerConnection = 2 * maxCapacity
 )
 
 // ackRequest is one event.ack waiting for its batch.
-type ackRequest = batch.Request[subscriptions.AckParams, subscriptions.AckOutcome]
+type ackRequest = batch.Request[subscriptions.DeliveryAckParams, subscriptions.AckOutcome]
 
 // newAckBatcher returns the node's ACK batcher, recording through deliveries;
 // acked runs after a batch that acknowledged at least one delivery, before
 // its ACKs are answered.
 func newAckBatcher(deliveries Deliveries, acked func()) *batch.Batcher[*ackRequest] {
 	return batch.New(ackFlushers, maxAckBatch, func(requests []*ackRequest) {
-		batch.Record(requests, ackTimeout, func(ctx context.Context, params []*subscriptions.AckParams) ([]subscriptions.AckOutcome, error) {
-			outcomes, err := deliveries.AckBatch(ctx, params)
+		batch.Record(requests, ackTimeout, func(ctx context.Context, params []*subscriptions.DeliveryAckParams) ([]subscriptions.AckOutcome, error) {
+			outcomes, err := deliveries.DeliveryAckBatch(ctx, params)
 			for _, o := range outcomes {
 				if o.Err == nil && !o.Result.Deduplicated {
 					acked()

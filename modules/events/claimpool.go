@@ -8,19 +8,19 @@ import (
 	"github.com/orbitrun/orbit/internal/httpx"
 )
 
-// ErrClaimPoolFull is returned when a node already has as many claims
+// errClaimPoolFull is returned when a node already has as many claims
 // waiting and in flight as it admits; the connection tries again at its next
 // wake-up.
-var ErrClaimPoolFull = httpx.Errorf(httpx.CodeCapacityExceeded, "too many claims waiting on this node")
+var errClaimPoolFull = httpx.Errorf(httpx.CodeCapacityExceeded, "too many claims waiting on this node")
 
-// ClaimPool admits claims on a node (E-6): at most maxInFlight run at once,
+// claimPool admits claims on a node (E-6): at most maxInFlight run at once,
 // at most perApp of them for one application, and at most maxQueued wait or
 // run in total. Waiting claims are served round-robin, first across
 // applications and then, within an application, across subscriptions, so a
 // busy tenant cannot starve a quiet one. Each scheduling round starts at most
 // perRound claims. These are protections of the node; MySQL still decides
 // which deliveries each claim gets.
-type ClaimPool struct {
+type claimPool struct {
 	maxInFlight, perApp, maxQueued, perRound int
 
 	mu       sync.Mutex
@@ -44,21 +44,21 @@ type subQueue struct {
 	waiting []chan struct{}
 }
 
-// NewClaimPool returns a pool with the given bounds.
-func NewClaimPool(maxInFlight, perApp, maxQueued, perRound int) *ClaimPool {
-	return &ClaimPool{maxInFlight: maxInFlight, perApp: perApp, maxQueued: maxQueued, perRound: perRound, byApp: map[string]*appQueue{}}
+// newClaimPool returns a pool with the given bounds.
+func newClaimPool(maxInFlight, perApp, maxQueued, perRound int) *claimPool {
+	return &claimPool{maxInFlight: maxInFlight, perApp: perApp, maxQueued: maxQueued, perRound: perRound, byApp: map[string]*appQueue{}}
 }
 
-// Acquire waits for a claim slot for a subscription of an application and
+// acquire waits for a claim slot for a subscription of an application and
 // returns the function that frees it, which must be called exactly once. It
 // returns ErrClaimPoolFull at once when the node admits no more claims, and
 // ctx's error when ctx ends first.
-func (p *ClaimPool) Acquire(ctx context.Context, appID, subscriptionID string) (func(), error) {
+func (p *claimPool) acquire(ctx context.Context, appID, subscriptionID string) (func(), error) {
 	ready := make(chan struct{})
 	p.mu.Lock()
 	if p.queued >= p.maxQueued {
 		p.mu.Unlock()
-		return nil, ErrClaimPoolFull
+		return nil, errClaimPoolFull
 	}
 	p.queued++
 	a := p.byApp[appID]
@@ -111,7 +111,7 @@ func (p *ClaimPool) Acquire(ctx context.Context, appID, subscriptionID string) (
 
 // schedule grants waiting claims while slots are free, at most perRound of
 // them, round-robin by application and then subscription. p.mu is held.
-func (p *ClaimPool) schedule() {
+func (p *claimPool) schedule() {
 	started := 0
 	for started < p.perRound && p.inFlight < p.maxInFlight {
 		a := p.nextApp()
@@ -130,7 +130,7 @@ func (p *ClaimPool) schedule() {
 
 // nextApp returns the next application, in round-robin order, that has a
 // waiting claim and room under its per-application bound, or nil.
-func (p *ClaimPool) nextApp() *appQueue {
+func (p *claimPool) nextApp() *appQueue {
 	for i := 0; i < len(p.apps); i++ {
 		a := p.apps[(p.next+i)%len(p.apps)]
 		if a.inFlight < p.perApp && a.hasWaiting() {
@@ -175,7 +175,7 @@ func (s *subQueue) remove(ready chan struct{}) {
 // forgetIfIdle drops the queues of an application with nothing waiting or
 // running, so the pool does not grow with every application ever seen.
 // p.mu is held.
-func (p *ClaimPool) forgetIfIdle(a *appQueue) {
+func (p *claimPool) forgetIfIdle(a *appQueue) {
 	if a.inFlight > 0 || a.hasWaiting() {
 		return
 	}
@@ -196,8 +196,8 @@ func (p *ClaimPool) forgetIfIdle(a *appQueue) {
 	}
 }
 
-// Stats returns the claims in flight and waiting plus in flight.
-func (p *ClaimPool) Stats() (inFlight, queued int) {
+// stats returns the claims in flight and waiting plus in flight.
+func (p *claimPool) stats() (inFlight, queued int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.inFlight, p.queued

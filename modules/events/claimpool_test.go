@@ -22,10 +22,10 @@ type grant struct {
 
 // acquire runs Acquire in a goroutine and delivers its outcome on the
 // returned channel.
-func acquire(ctx context.Context, p *ClaimPool, app, sub string) <-chan grant {
+func acquire(ctx context.Context, p *claimPool, app, sub string) <-chan grant {
 	out := make(chan grant, 1)
 	go func() {
-		release, err := p.Acquire(ctx, app, sub)
+		release, err := p.acquire(ctx, app, sub)
 		out <- grant{label: app + "/" + sub, release: release, err: err}
 	}()
 	return out
@@ -34,15 +34,15 @@ func acquire(ctx context.Context, p *ClaimPool, app, sub string) <-chan grant {
 // waitQueued waits until the pool holds n claims waiting or in flight.
 // Acquire decides under the pool's lock, so once a claim is counted its
 // grant (or wait) is decided too.
-func waitQueued(t *testing.T, p *ClaimPool, n int) {
+func waitQueued(t *testing.T, p *claimPool, n int) {
 	t.Helper()
 	deadline := time.Now().Add(poolBound)
 	for {
-		if _, queued := p.Stats(); queued == n {
+		if _, queued := p.stats(); queued == n {
 			return
 		}
 		if time.Now().After(deadline) {
-			_, queued := p.Stats()
+			_, queued := p.stats()
 			t.Fatalf("%d claims queued, want %d", queued, n)
 		}
 		time.Sleep(time.Millisecond)
@@ -75,9 +75,9 @@ func waiting(t *testing.T, c <-chan grant) {
 }
 
 // wantStats checks the pool's counters.
-func wantStats(t *testing.T, p *ClaimPool, inFlight, queued int) {
+func wantStats(t *testing.T, p *claimPool, inFlight, queued int) {
 	t.Helper()
-	if f, q := p.Stats(); f != inFlight || q != queued {
+	if f, q := p.stats(); f != inFlight || q != queued {
 		t.Fatalf("in flight %d, queued %d; want %d and %d", f, q, inFlight, queued)
 	}
 }
@@ -86,7 +86,7 @@ func wantStats(t *testing.T, p *ClaimPool, inFlight, queued int) {
 // a freed slot goes to a waiting claim.
 func TestE6_ClaimPoolInFlightBound(t *testing.T) {
 	t.Parallel()
-	p := NewClaimPool(2, 2, 128, 4)
+	p := newClaimPool(2, 2, 128, 4)
 	ctx := context.Background()
 	a := granted(t, acquire(ctx, p, "a", "s"))
 	b := granted(t, acquire(ctx, p, "b", "s"))
@@ -106,7 +106,7 @@ func TestE6_ClaimPoolInFlightBound(t *testing.T) {
 // in flight, while other applications still get free slots.
 func TestE6_ClaimPoolPerAppBound(t *testing.T) {
 	t.Parallel()
-	p := NewClaimPool(4, 1, 128, 4)
+	p := newClaimPool(4, 1, 128, 4)
 	ctx := context.Background()
 	a1 := granted(t, acquire(ctx, p, "a", "s1"))
 	a2 := acquire(ctx, p, "a", "s2")
@@ -126,7 +126,7 @@ func TestE6_ClaimPoolPerAppBound(t *testing.T) {
 // makes room again.
 func TestE6_ClaimPoolQueueBound(t *testing.T) {
 	t.Parallel()
-	p := NewClaimPool(1, 1, 3, 4)
+	p := newClaimPool(1, 1, 3, 4)
 	ctx := context.Background()
 	a := granted(t, acquire(ctx, p, "a", "s"))
 	waitCtx, cancel := context.WithCancel(ctx)
@@ -135,8 +135,8 @@ func TestE6_ClaimPoolQueueBound(t *testing.T) {
 	w2 := acquire(ctx, p, "c", "s")
 	waitQueued(t, p, 3)
 
-	release, err := p.Acquire(ctx, "d", "s")
-	if !errors.Is(err, ErrClaimPoolFull) || release != nil {
+	release, err := p.acquire(ctx, "d", "s")
+	if !errors.Is(err, errClaimPoolFull) || release != nil {
 		t.Fatalf("claim over the bound: %v", err)
 	}
 	var he *httpx.Error
@@ -162,7 +162,7 @@ func TestE6_ClaimPoolQueueBound(t *testing.T) {
 // busy application or subscription cannot starve the others.
 func TestE6_ClaimPoolRoundRobin(t *testing.T) {
 	t.Parallel()
-	p := NewClaimPool(1, 1, 128, 4)
+	p := newClaimPool(1, 1, 128, 4)
 	ctx := context.Background()
 	holder := granted(t, acquire(ctx, p, "x", "s"))
 	// Queued in this order: a/s1 twice, then a/s2, then b/s1.
@@ -210,7 +210,7 @@ func TestE6_ClaimPoolRoundRobin(t *testing.T) {
 // rest.
 func TestE6_ClaimPoolPerRoundBound(t *testing.T) {
 	t.Parallel()
-	p := NewClaimPool(8, 8, 128, 2)
+	p := newClaimPool(8, 8, 128, 2)
 	ctx := context.Background()
 	// No slot while the claims queue up, so that one round finds all
 	// five waiting.
@@ -244,7 +244,7 @@ func TestE6_ClaimPoolPerRoundBound(t *testing.T) {
 // slot was granted while it gave up.
 func TestE6_ClaimPoolCancelWhileWaiting(t *testing.T) {
 	t.Parallel()
-	p := NewClaimPool(1, 1, 128, 4)
+	p := newClaimPool(1, 1, 128, 4)
 	ctx := context.Background()
 
 	a := granted(t, acquire(ctx, p, "a", "s"))

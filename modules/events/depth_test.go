@@ -35,16 +35,16 @@ func (e *env) succeedWith(t *testing.T, cred servertest.Credential, result strin
 		t.Fatalf("submit: %d %s", r.Status, r.Body)
 	}
 	grant := e.srv.WorkerGrant(t, cred)
-	session, err := store.SessionOpen(ctx, &tasks.SessionOpenParams{QueueID: cred.QueueID, CredentialID: grant.CredentialID, Capacity: 1})
+	session, err := store.WorkerSessionOpen(ctx, &tasks.WorkerSessionOpenParams{QueueID: cred.QueueID, CredentialID: grant.CredentialID, Capacity: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	assigned, err := store.Lease(ctx, session, grant, time.Minute)
+	assigned, err := store.AttemptLease(ctx, session, grant, time.Minute)
 	if err != nil || len(assigned) != 1 {
 		t.Fatalf("lease: %v, %d assignments", err, len(assigned))
 	}
 	a := assigned[0]
-	if _, _, err := store.Complete(ctx, &tasks.CompleteParams{
+	if _, _, err := store.AttemptComplete(ctx, &tasks.AttemptCompleteParams{
 		Grant:   grant,
 		Proof:   tasks.Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 		Outcome: tasks.OutcomeSucceeded, Result: []byte(result),

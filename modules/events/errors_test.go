@@ -160,7 +160,7 @@ func TestE15_ErrorFrames(t *testing.T) {
 			time.Now().Add(-30*24*time.Hour), cred.QueueID); err != nil {
 			t.Fatal(err)
 		}
-		n, err := tasks.RetentionPurge(ctx, e.srv.DB, cred.QueueID, time.Now().Add(-24*time.Hour), 100, e.srv.Instances["subscriptions"].(*subscriptions.Module))
+		n, err := tasks.EventPurge(ctx, e.srv.DB, &tasks.EventPurgeParams{QueueID: cred.QueueID, Cutoff: time.Now().Add(-24 * time.Hour), Batch: 100, Holds: []tasks.RetentionHold{e.srv.Instances["subscriptions"].(*subscriptions.Module)}})
 		if err != nil || n != 2 {
 			t.Fatalf("purged %d events: %v", n, err)
 		}

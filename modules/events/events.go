@@ -26,25 +26,25 @@ import (
 
 func init() { modules.Register(&Module{}) }
 
-// Subprotocol is the WebSocket sub-protocol of the event entry.
-const Subprotocol = "orbit.events.v1"
+// subprotocol is the WebSocket sub-protocol of the event entry.
+const subprotocol = "orbit.events.v1"
 
 // Defaults of the events section (seed 001 §5–7).
 const (
 	DefaultLeaseDuration     = 30 * time.Second
-	DefaultHeartbeatInterval = 15 * time.Second
+	defaultHeartbeatInterval = 15 * time.Second
 	DefaultMaxConnections    = 128
-	DefaultHelloTimeout      = 5 * time.Second
-	DefaultIdleTimeout       = 60 * time.Second
-	DefaultWriteTimeout      = 5 * time.Second
-	DefaultReadQueue         = 4
-	DefaultWriteQueue        = 8
+	defaultHelloTimeout      = 5 * time.Second
+	defaultIdleTimeout       = 60 * time.Second
+	defaultWriteTimeout      = 5 * time.Second
+	defaultReadQueue         = 4
+	defaultWriteQueue        = 8
 	DefaultClaimsInFlight    = 4
 	DefaultClaimsPerApp      = 1
-	DefaultClaimsQueued      = 128
-	DefaultClaimsPerRound    = 4
+	defaultClaimsQueued      = 128
+	defaultClaimsPerRound    = 4
 	DefaultPollInterval      = time.Second
-	MaxCapacity              = 32
+	maxCapacity              = 32
 	claimRecoverBatch        = 32
 	sessionCleanupTimeout    = 5 * time.Second
 	claimTimeout             = 8 * time.Second
@@ -90,10 +90,10 @@ type Deliveries interface {
 	EventSessionOpen(ctx context.Context, p *subscriptions.EventSessionOpenParams) (string, error)
 	EventSessionClose(ctx context.Context, sessionID string) error
 	SubscriptionGet(ctx context.Context, id string) (*subscriptions.Subscription, error)
-	// Materialize materialises one batch of the subscription's log.
-	Materialize(ctx context.Context, subscriptionID string) (created int, more bool, err error)
-	Claim(ctx context.Context, p *subscriptions.ClaimParams) ([]subscriptions.Lease, error)
-	AckBatch(ctx context.Context, acks []*subscriptions.AckParams) ([]subscriptions.AckOutcome, error)
+	// DeliveryMaterialize materialises one batch of the subscription's log.
+	DeliveryMaterialize(ctx context.Context, subscriptionID string) (created int, more bool, err error)
+	DeliveryClaim(ctx context.Context, p *subscriptions.DeliveryClaimParams) ([]subscriptions.Lease, error)
+	DeliveryAckBatch(ctx context.Context, acks []*subscriptions.DeliveryAckParams) ([]subscriptions.AckOutcome, error)
 	DeliveryUnsent(ctx context.Context, l *subscriptions.Lease, delay time.Duration) (bool, error)
 	// Claimable returns a channel closed when deliveries may have become
 	// claimable on this node.
@@ -109,7 +109,7 @@ type Module struct {
 	subs   Deliveries
 	auth   auth.Authenticator
 	entry  *wsx.Entry
-	pool   *ClaimPool
+	pool   *claimPool
 	acks   *batch.Batcher[*ackRequest]
 	logger *slog.Logger
 
@@ -124,12 +124,12 @@ func (*Module) OrbitModule() modules.Info {
 		Roles:    []string{"server"},
 		New: func() modules.Module {
 			return &Module{cfg: Config{
-				LeaseDuration: DefaultLeaseDuration, HeartbeatInterval: DefaultHeartbeatInterval,
-				MaxConnections: DefaultMaxConnections, HelloTimeout: DefaultHelloTimeout,
-				IdleTimeout: DefaultIdleTimeout, WriteTimeout: DefaultWriteTimeout,
-				ReadQueue: DefaultReadQueue, WriteQueue: DefaultWriteQueue,
+				LeaseDuration: DefaultLeaseDuration, HeartbeatInterval: defaultHeartbeatInterval,
+				MaxConnections: DefaultMaxConnections, HelloTimeout: defaultHelloTimeout,
+				IdleTimeout: defaultIdleTimeout, WriteTimeout: defaultWriteTimeout,
+				ReadQueue: defaultReadQueue, WriteQueue: defaultWriteQueue,
 				ClaimsInFlight: DefaultClaimsInFlight, ClaimsPerApp: DefaultClaimsPerApp,
-				ClaimsQueued: DefaultClaimsQueued, ClaimsPerRound: DefaultClaimsPerRound,
+				ClaimsQueued: defaultClaimsQueued, ClaimsPerRound: defaultClaimsPerRound,
 				PollInterval: DefaultPollInterval,
 			}}
 		},
@@ -176,9 +176,9 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.auth = a
 	m.logger = env.Logger.With("module", "events")
 	m.acks = newAckBatcher(s, s.MaterializeSoon)
-	m.pool = NewClaimPool(m.cfg.ClaimsInFlight, m.cfg.ClaimsPerApp, m.cfg.ClaimsQueued, m.cfg.ClaimsPerRound)
+	m.pool = newClaimPool(m.cfg.ClaimsInFlight, m.cfg.ClaimsPerApp, m.cfg.ClaimsQueued, m.cfg.ClaimsPerRound)
 	entry, err := wsx.NewEntry(wsx.Config{
-		Subprotocol:   Subprotocol,
+		Subprotocol:   subprotocol,
 		Permission:    auth.PermEventsConsume,
 		Authenticate:  wsx.FromAuthenticator(m.auth),
 		MaxConns:      m.cfg.MaxConnections,

@@ -134,8 +134,8 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) *session {
 	); err != nil {
 		return fail(err)
 	}
-	if *body.Capacity < 1 || *body.Capacity > MaxCapacity {
-		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.capacity must be between 1 and %d", MaxCapacity))
+	if *body.Capacity < 1 || *body.Capacity > maxCapacity {
+		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.capacity must be between 1 and %d", maxCapacity))
 	}
 	if !httpx.ValidID(*body.SubscriptionID) {
 		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.subscription_id must be 32 lowercase hex characters"))
@@ -325,7 +325,7 @@ func (s *session) ack(f *wsx.Frame) bool {
 		return false
 	}
 	s.m.acks.Submit(&ackRequest{
-		Params: subscriptions.AckParams{
+		Params: subscriptions.DeliveryAckParams{
 			Grant: s.grant(), SubscriptionID: s.subscription.ID, DeliveryID: *body.DeliveryID, Epoch: uint64(*body.Epoch),
 			Secret: body.LeaseSecret.Encode(), SessionID: s.id,
 		},
@@ -403,7 +403,7 @@ func (s *session) dispatch() {
 		claimable := s.m.subs.Claimable()
 		leases, err := s.claim(ctx, app, materialize)
 		switch {
-		case err == nil, errors.Is(err, ErrClaimPoolFull), ctx.Err() != nil:
+		case err == nil, errors.Is(err, errClaimPoolFull), ctx.Err() != nil:
 		case errors.Is(err, subscriptions.ErrHistoryExpired):
 			// Never jump to the latest position: report and close (E-15).
 			_ = s.c.SendError("", err)
@@ -500,7 +500,7 @@ func (s *session) deliveryUnsent(l *subscriptions.Lease, cause error) {
 // claim runs one claim through the node's claim pool, optionally
 // materialising the subscription first.
 func (s *session) claim(ctx context.Context, app string, materialize bool) ([]subscriptions.Lease, error) {
-	release, err := s.m.pool.Acquire(ctx, app, s.subscription.ID)
+	release, err := s.m.pool.acquire(ctx, app, s.subscription.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -508,11 +508,11 @@ func (s *session) claim(ctx context.Context, app string, materialize bool) ([]su
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
 	if materialize {
-		if _, _, err := s.m.subs.Materialize(ctx, s.subscription.ID); err != nil {
+		if _, _, err := s.m.subs.DeliveryMaterialize(ctx, s.subscription.ID); err != nil {
 			return nil, err
 		}
 	}
-	return s.m.subs.Claim(ctx, &subscriptions.ClaimParams{
+	return s.m.subs.DeliveryClaim(ctx, &subscriptions.DeliveryClaimParams{
 		SessionID: s.id, Grant: s.grant(), LeaseDuration: s.m.cfg.LeaseDuration, RecoverBatch: claimRecoverBatch,
 	})
 }

@@ -19,14 +19,14 @@ func leased(t *testing.T, f *fixture, name string, n int) (*Subscription, string
 	t.Helper()
 	ctx := context.Background()
 	s := f.create(t, name, nil, zero(), 100)
-	if created, _, err := Materialize(ctx, f.db, f.log, s.ID, 100); err != nil || created != n {
+	if created, _, err := deliveryMaterialize(ctx, f.db, f.log, s.ID, 100); err != nil || created != n {
 		t.Fatalf("materialize: %d deliveries, %v; want %d", created, err, n)
 	}
 	session, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: n})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leases, err := Claim(ctx, f.db, f.log, f.grants, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
+	leases, err := DeliveryClaim(ctx, f.db, f.log, f.grants, &DeliveryClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
 	if err != nil || len(leases) != n {
 		t.Fatalf("claim: %d leases, %v; want %d", len(leases), err, n)
 	}
@@ -34,15 +34,15 @@ func leased(t *testing.T, f *fixture, name string, n int) (*Subscription, string
 }
 
 // proof is the ACK a lease's holder sends.
-func proof(f *fixture, s *Subscription, session string, l Lease) *AckParams {
-	return &AckParams{Grant: f.grant, SubscriptionID: s.ID, DeliveryID: l.Delivery.ID, Epoch: l.Delivery.LeaseEpoch, Secret: l.Secret, SessionID: session}
+func proof(f *fixture, s *Subscription, session string, l Lease) *DeliveryAckParams {
+	return &DeliveryAckParams{Grant: f.grant, SubscriptionID: s.ID, DeliveryID: l.Delivery.ID, Epoch: l.Delivery.LeaseEpoch, Secret: l.Secret, SessionID: session}
 }
 
 // wantStates fails the test unless each delivery of s is in the state given.
 func wantStates(t *testing.T, f *fixture, s *Subscription, want map[string]string) {
 	t.Helper()
 	for id, state := range want {
-		d, err := DeliveryGet(context.Background(), f.db, s.ID, id)
+		d, err := deliveryGet(context.Background(), f.db, s.ID, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func TestAckBatch_SameProofTwiceIsDeduplicated(t *testing.T) {
 	s, session, leases := leased(t, f, "dup", 1)
 	p := proof(f, s, session, leases[0])
 	again := *p
-	out, err := AckBatch(context.Background(), f.db, f.grants, []*AckParams{p, &again})
+	out, err := deliveryAckBatch(context.Background(), f.db, f.grants, []*DeliveryAckParams{p, &again})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,14 +97,14 @@ func TestAckBatch_RefusedProofDoesNotStopTheOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if re, err := Claim(ctx, f.db, f.log, f.grants, &ClaimParams{Grant: f.grant, SessionID: other, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(re) != 1 || re[0].Delivery.LeaseEpoch != 2 {
+	if re, err := DeliveryClaim(ctx, f.db, f.log, f.grants, &DeliveryClaimParams{Grant: f.grant, SessionID: other, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(re) != 1 || re[0].Delivery.LeaseEpoch != 2 {
 		t.Fatalf("re-lease: %+v %v; want the expired delivery at epoch 2", re, err)
 	}
 	valid := proof(f, s, session, leases[0])
 	wrongSecret := proof(f, s, session, leases[1])
 	wrongSecret.Secret = strings.Repeat("A", len(wrongSecret.Secret))
 	stale := proof(f, s, session, leases[2])
-	out, err := AckBatch(ctx, f.db, f.grants, []*AckParams{wrongSecret, valid, stale})
+	out, err := deliveryAckBatch(ctx, f.db, f.grants, []*DeliveryAckParams{wrongSecret, valid, stale})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +113,8 @@ func TestAckBatch_RefusedProofDoesNotStopTheOthers(t *testing.T) {
 	}
 	wantStates(t, f, s, map[string]string{
 		valid.DeliveryID:       StateAcked,
-		wrongSecret.DeliveryID: StateLeased,
-		stale.DeliveryID:       StateLeased,
+		wrongSecret.DeliveryID: stateLeased,
+		stale.DeliveryID:       stateLeased,
 	})
 }
 
@@ -131,15 +131,15 @@ func TestAckBatch_ProofForAnotherSubscriptionsDeliveryIsNotFound(t *testing.T) {
 	foreign := proof(f, b, sessionB, leasesB[0])
 	foreign.SubscriptionID = a.ID
 	own := proof(f, a, sessionA, leasesA[0])
-	out, err := AckBatch(context.Background(), f.db, f.grants, []*AckParams{foreign, own})
+	out, err := deliveryAckBatch(context.Background(), f.db, f.grants, []*DeliveryAckParams{foreign, own})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out[0].Err != ErrDeliveryNotFound || out[1].Err != nil {
+	if out[0].Err != errDeliveryNotFound || out[1].Err != nil {
 		t.Fatalf("errors %v, %v; want not found for the foreign delivery only", out[0].Err, out[1].Err)
 	}
 	wantStates(t, f, a, map[string]string{own.DeliveryID: StateAcked})
-	wantStates(t, f, b, map[string]string{foreign.DeliveryID: StateLeased})
+	wantStates(t, f, b, map[string]string{foreign.DeliveryID: stateLeased})
 }
 
 func TestAckBatch_OutcomesFollowTheInputOrder(t *testing.T) {
@@ -147,15 +147,15 @@ func TestAckBatch_OutcomesFollowTheInputOrder(t *testing.T) {
 	f := setup(t)
 	f.appendEvents(t, 4)
 	s, session, leases := leased(t, f, "order", 4)
-	acks := make([]*AckParams, 0, len(leases))
+	acks := make([]*DeliveryAckParams, 0, len(leases))
 	for _, l := range leases {
 		acks = append(acks, proof(f, s, session, l))
 	}
 	// Deliveries are locked in id order; the input runs the other way, and
 	// one proof in the middle is refused.
-	slices.SortFunc(acks, func(x, y *AckParams) int { return strings.Compare(y.DeliveryID, x.DeliveryID) })
+	slices.SortFunc(acks, func(x, y *DeliveryAckParams) int { return strings.Compare(y.DeliveryID, x.DeliveryID) })
 	acks[1].Epoch++
-	out, err := AckBatch(context.Background(), f.db, f.grants, acks)
+	out, err := deliveryAckBatch(context.Background(), f.db, f.grants, acks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,19 +187,19 @@ func TestAckBatch_GrantIsCheckedInTheBatch(t *testing.T) {
 	if err := admin.NewStore(f.db).CredentialRevoke(ctx, f.grant.CredentialID, "test"); err != nil {
 		t.Fatal(err)
 	}
-	out, err := AckBatch(ctx, f.db, f.grants, []*AckParams{proof(f, s, session, leases[0])})
+	out, err := deliveryAckBatch(ctx, f.db, f.grants, []*DeliveryAckParams{proof(f, s, session, leases[0])})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out[0].Err != auth.ErrUnauthenticated {
 		t.Fatalf("ACK after revocation: %v, want UNAUTHENTICATED", out[0].Err)
 	}
-	wantStates(t, f, s, map[string]string{leases[0].Delivery.ID: StateLeased})
+	wantStates(t, f, s, map[string]string{leases[0].Delivery.ID: stateLeased})
 	other, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := Claim(ctx, f.db, f.log, f.grants, &ClaimParams{Grant: f.grant, SessionID: other, LeaseDuration: time.Minute, RecoverBatch: 10}); !auth.IsGrantError(err) || len(got) != 0 {
+	if got, err := DeliveryClaim(ctx, f.db, f.log, f.grants, &DeliveryClaimParams{Grant: f.grant, SessionID: other, LeaseDuration: time.Minute, RecoverBatch: 10}); !auth.IsGrantError(err) || len(got) != 0 {
 		t.Fatalf("claim after revocation: %d leases, %v; want UNAUTHENTICATED", len(got), err)
 	}
 }

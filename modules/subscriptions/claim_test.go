@@ -29,7 +29,7 @@ func TestClaim_RecoveredLeasesJoinWhatWasPickedOnce(t *testing.T) {
 	f.appendEvents(t, 1)
 	s, _, first := leased(t, f, "recovered", 1)
 	f.appendEvents(t, 1)
-	if created, _, err := Materialize(ctx, f.db, f.log, s.ID, 100); err != nil || created != 1 {
+	if created, _, err := deliveryMaterialize(ctx, f.db, f.log, s.ID, 100); err != nil || created != 1 {
 		t.Fatalf("materialize: %d, %v; want 1", created, err)
 	}
 	// One delivery PENDING, one whose lease ran out: a claim with room for
@@ -42,7 +42,7 @@ func TestClaim_RecoveredLeasesJoinWhatWasPickedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leases, err := Claim(ctx, f.db, f.log, f.grants, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
+	leases, err := DeliveryClaim(ctx, f.db, f.log, f.grants, &DeliveryClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -324,7 +324,7 @@ func TestS16_PausedSubscriptions(t *testing.T) {
 		// The control subscription on the same queue has been scanned past
 		// both new events, so the materialiser has had its chance.
 		e.waitCursor(t, c, control.ID, 4)
-		n, _, err := subscriptions.Materialize(context.Background(), e.srv.DB, e.tasks, paused.ID, 100)
+		n, _, err := subscriptions.DeliveryMaterialize(context.Background(), e.srv.DB, e.tasks, paused.ID, 100)
 		if err != nil || n != 0 {
 			t.Fatalf("materialise while paused: %d %v", n, err)
 		}

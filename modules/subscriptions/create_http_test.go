@@ -503,7 +503,7 @@ func TestS11_FromSequenceWithinTheRetainedLog(t *testing.T) {
 		if r := e.post(t, c, "/v1/subscriptions/"+stale.ID+":configure", newKey(), configureBody(1, true, "resume")); r.Status != http.StatusOK {
 			t.Fatalf("resume: %s", r.Body)
 		}
-		_, _, err := subscriptions.Materialize(context.Background(), e.srv.DB, e.tasks, stale.ID, 100)
+		_, _, err := subscriptions.DeliveryMaterialize(context.Background(), e.srv.DB, e.tasks, stale.ID, 100)
 		if err != subscriptions.ErrHistoryExpired {
 			t.Fatalf("materialising a subscription whose unread events were purged: %v, want EVENT_HISTORY_EXPIRED", err)
 		}
@@ -549,7 +549,7 @@ func purge(t *testing.T, e *env, queueID string, n int) {
 		db.Now().Add(-30*24*time.Hour), queueID, n); err != nil {
 		t.Fatal(err)
 	}
-	deleted, err := tasks.RetentionPurge(context.Background(), e.srv.DB, queueID, db.Now().Add(-24*time.Hour), 1000, e.mod)
+	deleted, err := tasks.EventPurge(context.Background(), e.srv.DB, &tasks.EventPurgeParams{QueueID: queueID, Cutoff: db.Now().Add(-24 * time.Hour), Batch: 1000, Holds: []tasks.RetentionHold{e.mod}})
 	if err != nil || deleted != n {
 		t.Fatalf("purged %d events (%v), want %d", deleted, err, n)
 	}

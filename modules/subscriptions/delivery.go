@@ -28,12 +28,8 @@ import (
 // may still ACK after its lease ran out, from PENDING or EXPIRED, as long as
 // no new lease replaced it (E-11).
 
-// CodeDeliveryLeaseLost is the event-protocol error for an ACK whose proof
-// is not the delivery's latest lease. A wrong secret gets the same answer.
-const CodeDeliveryLeaseLost httpx.Code = "DELIVERY_LEASE_LOST"
-
 // ErrLeaseLost answers an ACK with a superseded or wrong proof.
-var ErrLeaseLost = httpx.Errorf(CodeDeliveryLeaseLost, "this proof does not hold the delivery's latest lease")
+var ErrLeaseLost = httpx.Errorf(httpx.CodeDeliveryLeaseLost, "this proof does not hold the delivery's latest lease")
 
 // EventSessionOpenParams describe an event connection.
 type EventSessionOpenParams struct {
@@ -63,13 +59,13 @@ func EventSessionClose(ctx context.Context, pool *sql.DB, sessionID string) erro
 	return nil
 }
 
-// RecoverLeases moves up to batch LEASED deliveries of a subscription whose
+// DeliveryRecover moves up to batch LEASED deliveries of a subscription whose
 // lease ran out to PENDING, or to EXPIRED when their attempts reached the
 // budget (E-8, S-22). Claims call it for their subscription; the background
 // sweeper calls it for all with subscriptionID "", which recovers up to
 // batch per group of sweepGroup subscriptions. It returns how many it
 // recovered.
-func RecoverLeases(ctx context.Context, pool *sql.DB, subscriptionID string, batch int) (int, error) {
+func DeliveryRecover(ctx context.Context, pool *sql.DB, subscriptionID string, batch int) (int, error) {
 	groups := [][]string{{subscriptionID}}
 	if subscriptionID == "" {
 		ids, err := db.QueryStrings(ctx, pool, `SELECT id FROM subscriptions ORDER BY id`)
@@ -157,8 +153,8 @@ type Lease struct {
 	Secret   string
 }
 
-// ClaimParams describe a claim for one event connection.
-type ClaimParams struct {
+// DeliveryClaimParams describe a claim for one event connection.
+type DeliveryClaimParams struct {
 	SessionID string
 	// Grant is what the session's credential must still hold: checked in
 	// the claim's transaction, so a revocation stops leasing at once.
@@ -168,19 +164,19 @@ type ClaimParams struct {
 	RecoverBatch int
 }
 
-// Claim leases PENDING deliveries of the session's subscription up to the
+// DeliveryClaim leases PENDING deliveries of the session's subscription up to the
 // session's free capacity (E-4, E-7, E-8). Capacity is counted against the
 // session row locked in the same transaction, so it holds across nodes;
 // SKIP LOCKED lets many connections claim from one subscription without
 // ever leasing a delivery twice. When PENDING deliveries do not fill the
 // free capacity, expired leases of the subscription are recovered and
-// leased in the same transaction. The leases are committed before Claim
+// leased in the same transaction. The leases are committed before DeliveryClaim
 // returns, so the caller sends event.deliver only for persisted leases. A
 // paused subscription, or a closed session, gets nothing. p.Grant is
 // checked with grants (the admin module's) in the same transaction: when it
 // no longer holds, the error is that of grants.CheckGrants, and nothing is
 // leased.
-func Claim(ctx context.Context, pool *sql.DB, log Log, grants auth.GrantChecker, p *ClaimParams) ([]Lease, error) {
+func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.GrantChecker, p *DeliveryClaimParams) ([]Lease, error) {
 	var out []Lease
 	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
 		out = nil
@@ -257,7 +253,7 @@ func Claim(ctx context.Context, pool *sql.DB, log Log, grants auth.GrantChecker,
 		for i, d := range picked {
 			secret, digest := auth.NewLeaseSecret()
 			secrets[i] = secret
-			d.State = StateLeased
+			d.State = stateLeased
 			d.Revision++
 			d.LeaseEpoch++
 			d.Attempts++
@@ -295,7 +291,7 @@ func Claim(ctx context.Context, pool *sql.DB, log Log, grants auth.GrantChecker,
 	return out, nil
 }
 
-// DeliveryUnsent gives back a lease whose event.deliver was never written
+// deliveryUnsent gives back a lease whose event.deliver was never written
 // to the connection, because the frame could not be encoded or the
 // connection was closing. No consumer saw the delivery, so the lease does
 // not count against the attempt budget: the delivery goes back to PENDING
@@ -304,7 +300,7 @@ func Claim(ctx context.Context, pool *sql.DB, log Log, grants auth.GrantChecker,
 // lease l still holds is given back; calling it twice, or after the lease
 // was recovered or replaced, changes nothing. It reports whether it gave
 // the lease back.
-func DeliveryUnsent(ctx context.Context, pool *sql.DB, l *Lease, delay time.Duration) (bool, error) {
+func deliveryUnsent(ctx context.Context, pool *sql.DB, l *Lease, delay time.Duration) (bool, error) {
 	d := l.Delivery
 	res, err := pool.ExecContext(ctx, `UPDATE event_deliveries SET state = 'PENDING', revision = revision + 1,
 		attempts = attempts - 1, lease_until = NULL, lease_session_id = NULL, available_at = ?
@@ -336,9 +332,9 @@ func pickPending(ctx context.Context, tx *sql.Tx, subscriptionID string, now tim
 	return queryDeliveries(ctx, tx, query+` ORDER BY sequence LIMIT ? FOR UPDATE SKIP LOCKED`, append(args, limit)...)
 }
 
-// AckParams are one event.ack.
-type AckParams struct {
-	// Grant is what the ACK's credential must still hold (see Claim).
+// DeliveryAckParams are one event.ack.
+type DeliveryAckParams struct {
+	// Grant is what the ACK's credential must still hold (see DeliveryClaim).
 	Grant          auth.Grant
 	SubscriptionID string
 	DeliveryID     string
@@ -356,19 +352,19 @@ type AckResult struct {
 	Deduplicated   bool         `json:"deduplicated"`
 }
 
-// Ack acknowledges one delivery; see AckBatch.
-func Ack(ctx context.Context, pool *sql.DB, grants auth.GrantChecker, p *AckParams) (AckResult, error) {
-	outcomes, err := AckBatch(ctx, pool, grants, []*AckParams{p})
+// deliveryAck acknowledges one delivery; see DeliveryAckBatch.
+func deliveryAck(ctx context.Context, pool *sql.DB, grants auth.GrantChecker, p *DeliveryAckParams) (AckResult, error) {
+	outcomes, err := deliveryAckBatch(ctx, pool, grants, []*DeliveryAckParams{p})
 	if err != nil {
 		return AckResult{}, err
 	}
 	return outcomes[0].Result, outcomes[0].Err
 }
 
-// ErrDeliveryNotFound answers an ACK for a delivery that does not exist or
+// errDeliveryNotFound answers an ACK for a delivery that does not exist or
 // belongs to another subscription than the connection's (seed 001 §7:
 // NOT_FOUND, and the connection closes).
-var ErrDeliveryNotFound = auth.ErrNotFound("delivery")
+var errDeliveryNotFound = auth.ErrNotFound("delivery")
 
 // AckOutcome answers one ACK of a batch: its result, or the error that
 // refused it: ErrLeaseLost, ErrDeliveryNotFound, or an error of
@@ -378,7 +374,7 @@ type AckOutcome struct {
 	Err    error
 }
 
-// AckBatch acknowledges deliveries with their latest proofs (E-9 … E-11),
+// deliveryAckBatch acknowledges deliveries with their latest proofs (E-9 … E-11),
 // all in one transaction, so that ACKs arriving together share one commit
 // (group commit); nothing is answered before that commit. Each ACK is
 // judged on its own: the first time a proof matches, the delivery becomes
@@ -389,7 +385,7 @@ type AckOutcome struct {
 // ErrDeliveryNotFound, and an ACK whose grant no longer holds, checked
 // with grants in the same transaction, gets the error of
 // grants.CheckGrants. An error means nothing was recorded.
-func AckBatch(ctx context.Context, pool *sql.DB, grants auth.GrantChecker, acks []*AckParams) ([]AckOutcome, error) {
+func deliveryAckBatch(ctx context.Context, pool *sql.DB, grants auth.GrantChecker, acks []*DeliveryAckParams) ([]AckOutcome, error) {
 	ids := make([]string, 0, len(acks))
 	for _, p := range acks {
 		ids = append(ids, p.DeliveryID)
@@ -431,7 +427,7 @@ func AckBatch(ctx context.Context, pool *sql.DB, grants auth.GrantChecker, acks 
 				outcomes[i].Err = denied[i]
 				continue
 			case d == nil || d.SubscriptionID != p.SubscriptionID:
-				outcomes[i].Err = ErrDeliveryNotFound
+				outcomes[i].Err = errDeliveryNotFound
 				continue
 			case !proofHolds(d, p):
 				outcomes[i].Err = ErrLeaseLost
@@ -478,7 +474,7 @@ func AckBatch(ctx context.Context, pool *sql.DB, grants auth.GrantChecker, acks 
 
 // proofHolds reports whether an ACK's epoch and secret are the delivery's
 // latest lease, comparing the secret's digest in constant time.
-func proofHolds(d *Delivery, p *AckParams) bool {
+func proofHolds(d *Delivery, p *DeliveryAckParams) bool {
 	digest := sha256.Sum256([]byte(p.Secret))
 	matches := len(d.LeaseDigest) == len(digest) && subtle.ConstantTimeCompare(d.LeaseDigest, digest[:]) == 1
 	return matches && d.LeaseEpoch != 0 && d.LeaseEpoch == p.Epoch

@@ -260,7 +260,7 @@ func (e *env) completed(t *testing.T, c servertest.Credential, outcome string) {
 	t.Helper()
 	id := e.submit(t, c, "")
 	a, grant := e.leaseTask(t, c, id)
-	p := &tasks.CompleteParams{
+	p := &tasks.AttemptCompleteParams{
 		Grant:   grant,
 		Proof:   tasks.Proof{TaskID: id, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 		Outcome: outcome,
@@ -268,7 +268,7 @@ func (e *env) completed(t *testing.T, c servertest.Credential, outcome string) {
 	if outcome == tasks.OutcomeFailed {
 		p.ErrorCode = "DECLINED"
 	}
-	if _, _, err := e.tasks.Complete(context.Background(), p); err != nil {
+	if _, _, err := e.tasks.AttemptComplete(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -279,7 +279,7 @@ func (e *env) requeued(t *testing.T, c servertest.Credential) {
 	t.Helper()
 	id := e.submit(t, c, "")
 	a, _ := e.leaseTask(t, c, id)
-	if _, err := e.tasks.Release(context.Background(), &tasks.Proof{TaskID: id, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret}, "not started"); err != nil {
+	if _, err := e.tasks.AttemptRelease(context.Background(), &tasks.Proof{TaskID: id, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret}, "not started"); err != nil {
 		t.Fatal(err)
 	}
 	wantStatus(t, e.post(t, c, "/v1/tasks/"+id+":cancel", newKey(), `{}`), http.StatusOK)
@@ -289,11 +289,11 @@ func (e *env) leaseTask(t *testing.T, c servertest.Credential, id string) (tasks
 	t.Helper()
 	ctx := context.Background()
 	grant := e.srv.WorkerGrant(t, c)
-	session, err := e.tasks.SessionOpen(ctx, &tasks.SessionOpenParams{QueueID: c.QueueID, CredentialID: grant.CredentialID, WorkerName: "test", Capacity: 1})
+	session, err := e.tasks.WorkerSessionOpen(ctx, &tasks.WorkerSessionOpenParams{QueueID: c.QueueID, CredentialID: grant.CredentialID, WorkerName: "test", Capacity: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	assigned, err := e.tasks.Lease(ctx, session, grant, time.Minute)
+	assigned, err := e.tasks.AttemptLease(ctx, session, grant, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +351,7 @@ func (e *env) grant(t *testing.T, session string) auth.Grant {
 // claim leases what a session may take, for a minute.
 func (e *env) claim(t *testing.T, session string) []subscriptions.Lease {
 	t.Helper()
-	leases, err := subscriptions.Claim(context.Background(), e.srv.DB, e.tasks, e.srv.Authenticator(t), &subscriptions.ClaimParams{
+	leases, err := subscriptions.DeliveryClaim(context.Background(), e.srv.DB, e.tasks, e.srv.Authenticator(t), &subscriptions.DeliveryClaimParams{
 		SessionID: session, Grant: e.grant(t, session), LeaseDuration: time.Minute, RecoverBatch: 100,
 	})
 	if err != nil {
@@ -394,7 +394,7 @@ func (e *env) claimNext(t *testing.T, session string) subscriptions.Lease {
 // ack acknowledges a lease with its proof.
 func (e *env) ack(t *testing.T, subID, session string, l subscriptions.Lease) subscriptions.AckResult {
 	t.Helper()
-	res, err := subscriptions.Ack(context.Background(), e.srv.DB, e.srv.Authenticator(t), &subscriptions.AckParams{
+	res, err := subscriptions.DeliveryAck(context.Background(), e.srv.DB, e.srv.Authenticator(t), &subscriptions.DeliveryAckParams{
 		Grant: e.grant(t, session), SubscriptionID: subID, DeliveryID: l.Delivery.ID, Epoch: l.Delivery.LeaseEpoch, Secret: l.Secret, SessionID: session,
 	})
 	if err != nil {
@@ -418,7 +418,7 @@ func (e *env) expireLease(t *testing.T, deliveryID string) {
 // recoverLeases runs lease recovery for one subscription, as a claim does.
 func (e *env) recoverLeases(t *testing.T, subID string) int {
 	t.Helper()
-	n, err := subscriptions.RecoverLeases(context.Background(), e.srv.DB, subID, 100)
+	n, err := subscriptions.DeliveryRecover(context.Background(), e.srv.DB, subID, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,8 +28,8 @@ func (m *Module) routes(r *mux.Router) {
 }
 
 func checkReason(reason string) error {
-	if n := utf8.RuneCountInString(reason); n == 0 || n > MaxReasonChars {
-		return httpx.Errorf(httpx.CodeInvalidArgument, "reason must be 1 to %d characters", MaxReasonChars)
+	if n := utf8.RuneCountInString(reason); n == 0 || n > maxReasonChars {
+		return httpx.Errorf(httpx.CodeInvalidArgument, "reason must be 1 to %d characters", maxReasonChars)
 	}
 	return nil
 }
@@ -44,7 +44,7 @@ type createRequest struct {
 }
 
 type subscriptionReceipt struct {
-	Subscription SubscriptionView `json:"subscription"`
+	Subscription subscriptionView `json:"subscription"`
 }
 
 func (m *Module) create(w http.ResponseWriter, r *http.Request) {
@@ -61,18 +61,18 @@ func (m *Module) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	idem.Handle(w, r, m.db, p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-		s, err := SubscriptionCreate(ctx, tx, m.log, params)
+		s, err := subscriptionCreate(ctx, tx, m.log, params)
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusCreated, subscriptionReceipt{Subscription: s.View()}, nil
+		return http.StatusCreated, subscriptionReceipt{Subscription: s.view()}, nil
 	})
 	m.wake.Notify()
 }
 
 // params checks a create request (S-4, S-5, S-11) and binds it to the
 // caller's credential (S-1).
-func (req *createRequest) params(p *auth.Principal) (*SubscriptionCreateParams, error) {
+func (req *createRequest) params(p *auth.Principal) (*subscriptionCreateParams, error) {
 	if err := httpx.Required(
 		httpx.Field{Path: "name", Present: req.Name != nil},
 		httpx.Field{Path: "queue_id", Present: req.QueueID != nil},
@@ -89,24 +89,24 @@ func (req *createRequest) params(p *auth.Principal) (*SubscriptionCreateParams, 
 	if err != nil {
 		return nil, err
 	}
-	maxPending := DefaultMaxPending
+	maxPending := defaultMaxPending
 	if req.MaxPending != nil && *req.MaxPending != 0 {
-		if *req.MaxPending < 1 || *req.MaxPending > MaxMaxPending {
-			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "max_pending must be 0 (default %d) or 1 to %d", DefaultMaxPending, MaxMaxPending)
+		if *req.MaxPending < 1 || *req.MaxPending > maxMaxPending {
+			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "max_pending must be 0 (default %d) or 1 to %d", defaultMaxPending, maxMaxPending)
 		}
 		maxPending = *req.MaxPending
 	}
-	maxAttempts := DefaultMaxAttempts
+	maxAttempts := defaultMaxAttempts
 	if req.MaxAttempts != nil && *req.MaxAttempts != 0 {
-		if *req.MaxAttempts < 1 || *req.MaxAttempts > MaxMaxAttempts {
-			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "max_attempts must be 0 (default %d) or 1 to %d", DefaultMaxAttempts, MaxMaxAttempts)
+		if *req.MaxAttempts < 1 || *req.MaxAttempts > maxMaxAttempts {
+			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "max_attempts must be 0 (default %d) or 1 to %d", defaultMaxAttempts, maxMaxAttempts)
 		}
 		maxAttempts = *req.MaxAttempts
 	}
 	if !p.HasQueue(*req.QueueID) {
 		return nil, auth.ErrNotFound("queue")
 	}
-	params := &SubscriptionCreateParams{
+	params := &subscriptionCreateParams{
 		NamespaceID: p.NamespaceID, QueueID: *req.QueueID, CredentialID: p.CredentialID, Name: *req.Name,
 		Types: types, MaxPending: maxPending, MaxAttempts: maxAttempts,
 	}
@@ -125,7 +125,7 @@ func (m *Module) loadOwned(r *http.Request) (*Subscription, error) {
 	if !httpx.ValidID(id) {
 		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "subscription id must be 32 lowercase hex characters")
 	}
-	s, err := SubscriptionGet(r.Context(), m.db, id)
+	s, err := subscriptionGet(r.Context(), m.db, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, auth.ErrNotFound("subscription")
 	}
@@ -149,7 +149,7 @@ func (m *Module) get(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	httpx.WriteData(w, r, http.StatusOK, s.View())
+	httpx.WriteData(w, r, http.StatusOK, s.view())
 }
 
 func (m *Module) list(w http.ResponseWriter, r *http.Request) {
@@ -183,14 +183,14 @@ func (m *Module) list(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	rows, err := SubscriptionList(r.Context(), m.db, &SubscriptionListParams{QueueID: queueID, CredentialID: p.CredentialID, Limit: limit, After: after})
+	rows, err := subscriptionList(r.Context(), m.db, &subscriptionListParams{QueueID: queueID, CredentialID: p.CredentialID, Limit: limit, After: after})
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
 	}
 	httpx.WriteData(w, r, http.StatusOK, httpx.NewPage(rows, limit, binding,
 		func(s *Subscription) (time.Time, string) { return s.CreatedAt, s.ID },
-		func(s *Subscription) SubscriptionView { return s.View() }))
+		func(s *Subscription) subscriptionView { return s.view() }))
 }
 
 type configureRequest struct {
@@ -225,14 +225,14 @@ func (m *Module) configure(w http.ResponseWriter, r *http.Request) {
 	}
 	p := auth.FromContext(r.Context())
 	idem.Handle(w, r, m.db, p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-		after, err := SubscriptionConfigure(ctx, tx, &SubscriptionConfigureParams{
+		after, err := subscriptionConfigure(ctx, tx, &subscriptionConfigureParams{
 			ID: s.ID, CredentialID: p.CredentialID, ExpectedRevision: uint64(*req.ExpectedRevision),
 			Enabled: *req.Enabled, Reason: *req.Reason,
 		})
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, subscriptionReceipt{Subscription: after.View()}, nil
+		return http.StatusOK, subscriptionReceipt{Subscription: after.view()}, nil
 	})
 	m.wake.Notify()
 }
@@ -245,7 +245,7 @@ func (m *Module) listDeliveries(w http.ResponseWriter, r *http.Request) {
 	}
 	state := q["state"]
 	switch state {
-	case "", StatePending, StateLeased, StateAcked, StateExpired:
+	case "", statePending, stateLeased, StateAcked, stateExpired:
 	default:
 		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "state must be PENDING, LEASED, ACKED or EXPIRED"))
 		return
@@ -267,7 +267,7 @@ func (m *Module) listDeliveries(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	rows, err := DeliveryList(r.Context(), m.db, &DeliveryListParams{SubscriptionID: s.ID, State: state, Limit: limit, After: after})
+	rows, err := deliveryList(r.Context(), m.db, &deliveryListParams{SubscriptionID: s.ID, State: state, Limit: limit, After: after})
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
@@ -289,7 +289,7 @@ func (m *Module) loadDelivery(r *http.Request, s *Subscription) (*Delivery, erro
 	if !httpx.ValidID(id) {
 		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "delivery id must be 32 lowercase hex characters")
 	}
-	d, err := DeliveryGet(r.Context(), m.db, s.ID, id)
+	d, err := deliveryGet(r.Context(), m.db, s.ID, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, auth.ErrNotFound("delivery")
 	}
@@ -352,8 +352,8 @@ func (m *Module) retry(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	if n := *req.AdditionalAttempts; n < 1 || n > MaxAdditionalAttempts {
-		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "additional_attempts must be 1 to %d", MaxAdditionalAttempts))
+	if n := *req.AdditionalAttempts; n < 1 || n > maxAdditionalAttempts {
+		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "additional_attempts must be 1 to %d", maxAdditionalAttempts))
 		return
 	}
 	s, err := m.loadOwned(r)
@@ -368,7 +368,7 @@ func (m *Module) retry(w http.ResponseWriter, r *http.Request) {
 	}
 	p := auth.FromContext(r.Context())
 	idem.Handle(w, r, m.db, p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-		after, err := DeliveryRetry(ctx, tx, &DeliveryRetryParams{
+		after, err := deliveryRetry(ctx, tx, &deliveryRetryParams{
 			SubscriptionID: s.ID, ID: d.ID, CredentialID: p.CredentialID,
 			ExpectedRevision: uint64(*req.ExpectedRevision), AdditionalAttempts: *req.AdditionalAttempts, Reason: *req.Reason,
 		})

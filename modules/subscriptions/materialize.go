@@ -20,7 +20,7 @@ var ErrHistoryExpired = httpx.Errorf(httpx.CodeEventHistoryExpired, "events this
 // scans.
 const DefaultMaterializeBatch = 500
 
-// Materialize turns events of the subscription's queue after its cursor
+// deliveryMaterialize turns events of the subscription's queue after its cursor
 // into PENDING deliveries (S-23, S-24), in one transaction under the
 // subscription's row lock: events are scanned in sequence order, each of a
 // subscribed type becomes a delivery while the backlog is below max_pending,
@@ -28,7 +28,7 @@ const DefaultMaterializeBatch = 500
 // backlog stops the scan before the event that did not fit; nothing is ever
 // skipped. A paused subscription is left as it is. It returns the number of
 // deliveries created and whether the log may hold more to scan.
-func Materialize(ctx context.Context, pool *sql.DB, log Log, subscriptionID string, batch int) (created int, more bool, err error) {
+func deliveryMaterialize(ctx context.Context, pool *sql.DB, log Log, subscriptionID string, batch int) (created int, more bool, err error) {
 	err = db.Tx(ctx, pool, func(tx *sql.Tx) error {
 		created, more = 0, false
 		s, err := subscriptionLock(ctx, tx, subscriptionID)
@@ -102,11 +102,11 @@ func Materialize(ctx context.Context, pool *sql.DB, log Log, subscriptionID stri
 	return created, more, nil
 }
 
-// MaterializeAll materialises every enabled subscription that is behind its
+// deliveryMaterializeAll materialises every enabled subscription that is behind its
 // queue's head, each until it is caught up or its backlog is full. It is
 // what the background materialiser runs; errors of single subscriptions are
 // passed to onError and do not stop the others.
-func MaterializeAll(ctx context.Context, pool *sql.DB, log Log, batch int, onError func(subscriptionID string, err error)) (int, error) {
+func deliveryMaterializeAll(ctx context.Context, pool *sql.DB, log Log, batch int, onError func(subscriptionID string, err error)) (int, error) {
 	ids, err := behind(ctx, pool, log)
 	if err != nil {
 		return 0, fmt.Errorf("subscriptions: find behind: %w", err)
@@ -114,7 +114,7 @@ func MaterializeAll(ctx context.Context, pool *sql.DB, log Log, batch int, onErr
 	total := 0
 	for _, id := range ids {
 		for ctx.Err() == nil {
-			n, more, err := Materialize(ctx, pool, log, id, batch)
+			n, more, err := deliveryMaterialize(ctx, pool, log, id, batch)
 			total += n
 			if err != nil {
 				onError(id, err)
@@ -172,11 +172,11 @@ func behind(ctx context.Context, pool *sql.DB, log Log) ([]string, error) {
 	return ids, nil
 }
 
-// RetentionHeld returns the lowest sequence in [from, to) of a queue's log
+// retentionHeld returns the lowest sequence in [from, to) of a queue's log
 // whose event has a live delivery (PENDING, LEASED or EXPIRED), or to when
 // none has: those events survive retention (T-11). It runs in the purge's
 // transaction q and reads the retention index only.
-func RetentionHeld(ctx context.Context, q Querier, queueID string, from, to uint64) (uint64, error) {
+func retentionHeld(ctx context.Context, q Querier, queueID string, from, to uint64) (uint64, error) {
 	var held sql.NullInt64
 	err := q.QueryRowContext(ctx, `SELECT MIN(sequence) FROM event_deliveries
 		WHERE queue_id = ? AND sequence >= ? AND sequence < ? AND state IN ('PENDING', 'LEASED', 'EXPIRED')`,

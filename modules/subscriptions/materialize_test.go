@@ -90,7 +90,7 @@ func (f *fixture) create(t *testing.T, name string, types []string, from *uint64
 	var s *Subscription
 	err := db.Tx(context.Background(), f.db, func(tx *sql.Tx) error {
 		var err error
-		s, err = SubscriptionCreate(context.Background(), tx, f.log, &SubscriptionCreateParams{
+		s, err = subscriptionCreate(context.Background(), tx, f.log, &subscriptionCreateParams{
 			NamespaceID: f.scope.NamespaceID, QueueID: f.scope.QueueID, CredentialID: f.grant.CredentialID, Name: name,
 			Types: types, FromSequence: from, MaxPending: maxPending, MaxAttempts: 3,
 		})
@@ -122,7 +122,7 @@ func TestS23_ConcurrentMaterializersCreateEachDeliveryOnceAndStopAtMaxPending(t 
 			go func() {
 				defer wg.Done()
 				for {
-					_, more, err := Materialize(context.Background(), f.db, f.log, id, 137)
+					_, more, err := deliveryMaterialize(context.Background(), f.db, f.log, id, 137)
 					if err != nil {
 						errs <- err
 						return
@@ -145,7 +145,7 @@ func TestS23_ConcurrentMaterializersCreateEachDeliveryOnceAndStopAtMaxPending(t 
 		if err := f.db.QueryRow(`SELECT COUNT(*), COUNT(DISTINCT event_id) FROM event_deliveries WHERE subscription_id = ?`, s.ID).Scan(&n, &distinct); err != nil {
 			t.Fatal(err)
 		}
-		got, err := SubscriptionGet(context.Background(), f.db, s.ID)
+		got, err := subscriptionGet(context.Background(), f.db, s.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +179,7 @@ func TestS4a_FromSequenceSetsTheCursor(t *testing.T) {
 	}
 	after := uint64(13)
 	err := db.Tx(context.Background(), f.db, func(tx *sql.Tx) error {
-		_, err := SubscriptionCreate(context.Background(), tx, f.log, &SubscriptionCreateParams{
+		_, err := subscriptionCreate(context.Background(), tx, f.log, &subscriptionCreateParams{
 			NamespaceID: f.scope.NamespaceID, QueueID: f.scope.QueueID, CredentialID: f.grant.CredentialID, Name: "late",
 			Types: tasks.ResultTypes, FromSequence: &after, MaxPending: 100, MaxAttempts: 3,
 		})
@@ -200,36 +200,36 @@ func TestE8_ClaimRecoverAckStateMachine(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if n, _, err := Materialize(ctx, f.db, f.log, s.ID, 100); err != nil || n != 3 {
+	if n, _, err := deliveryMaterialize(ctx, f.db, f.log, s.ID, 100); err != nil || n != 3 {
 		t.Fatalf("materialize: %d %v", n, err)
 	}
 	session, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leases, err := Claim(ctx, f.db, f.log, f.grants, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
+	leases, err := DeliveryClaim(ctx, f.db, f.log, f.grants, &DeliveryClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
 	if err != nil || len(leases) != 2 {
 		t.Fatalf("claim: %d leases, %v; want capacity 2", len(leases), err)
 	}
 	first := leases[0]
-	if first.Delivery.LeaseEpoch != 1 || first.Delivery.Attempts != 1 || first.Delivery.State != StateLeased || first.Event.ID != first.Delivery.EventID {
+	if first.Delivery.LeaseEpoch != 1 || first.Delivery.Attempts != 1 || first.Delivery.State != stateLeased || first.Event.ID != first.Delivery.EventID {
 		t.Fatalf("lease: %+v", first.Delivery)
 	}
-	if more, err := Claim(ctx, f.db, f.log, f.grants, &ClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(more) != 0 {
+	if more, err := DeliveryClaim(ctx, f.db, f.log, f.grants, &DeliveryClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10}); err != nil || len(more) != 0 {
 		t.Fatalf("a full session claimed %d more (%v)", len(more), err)
 	}
-	ack := &AckParams{Grant: f.grant, SubscriptionID: s.ID, DeliveryID: first.Delivery.ID, Epoch: 1, Secret: first.Secret, SessionID: session}
-	res, err := Ack(ctx, f.db, f.grants, ack)
+	ack := &DeliveryAckParams{Grant: f.grant, SubscriptionID: s.ID, DeliveryID: first.Delivery.ID, Epoch: 1, Secret: first.Secret, SessionID: session}
+	res, err := deliveryAck(ctx, f.db, f.grants, ack)
 	if err != nil || res.Deduplicated {
 		t.Fatalf("ack: %+v %v", res, err)
 	}
-	again, err := Ack(ctx, f.db, f.grants, ack)
+	again, err := deliveryAck(ctx, f.db, f.grants, ack)
 	if err != nil || !again.Deduplicated || again.AcknowledgedAt != res.AcknowledgedAt {
 		t.Fatalf("repeat ack: %+v %v; want the original acknowledged_at, deduplicated", again, err)
 	}
 	wrong := *ack
 	wrong.Secret = strings.Repeat("A", 43)
-	if _, err := Ack(ctx, f.db, f.grants, &wrong); err != ErrLeaseLost {
+	if _, err := deliveryAck(ctx, f.db, f.grants, &wrong); err != ErrLeaseLost {
 		t.Fatalf("wrong secret: %v, want DELIVERY_LEASE_LOST", err)
 	}
 	var acks int
@@ -242,18 +242,18 @@ func TestE8_ClaimRecoverAckStateMachine(t *testing.T) {
 	if _, err := f.db.Exec(`UPDATE event_deliveries SET lease_until = ? WHERE id = ?`, db.Now().Add(-time.Second), second.Delivery.ID); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := RecoverLeases(ctx, f.db, "", 10); err != nil || n != 1 {
+	if n, err := DeliveryRecover(ctx, f.db, "", 10); err != nil || n != 1 {
 		t.Fatalf("recover: %d %v", n, err)
 	}
-	d, err := DeliveryGet(ctx, f.db, s.ID, second.Delivery.ID)
-	if err != nil || d.State != StateExpired || d.Revision != second.Delivery.Revision+1 {
+	d, err := deliveryGet(ctx, f.db, s.ID, second.Delivery.ID)
+	if err != nil || d.State != stateExpired || d.Revision != second.Delivery.Revision+1 {
 		t.Fatalf("after recovery: %+v %v; want EXPIRED with a new revision", d, err)
 	}
 	// The latest proof may still ACK while no new epoch replaced it (E-11).
-	if res, err := Ack(ctx, f.db, f.grants, &AckParams{Grant: f.grant, SubscriptionID: s.ID, DeliveryID: d.ID, Epoch: 1, Secret: second.Secret, SessionID: session}); err != nil || res.Deduplicated {
+	if res, err := deliveryAck(ctx, f.db, f.grants, &DeliveryAckParams{Grant: f.grant, SubscriptionID: s.ID, DeliveryID: d.ID, Epoch: 1, Secret: second.Secret, SessionID: session}); err != nil || res.Deduplicated {
 		t.Fatalf("late ack of an expired lease: %+v %v", res, err)
 	}
-	got, _ := SubscriptionGet(ctx, f.db, s.ID)
+	got, _ := subscriptionGet(ctx, f.db, s.ID)
 	if got.PendingCount != 1 {
 		t.Fatalf("pending_count %d, want 1 (two of three acknowledged)", got.PendingCount)
 	}

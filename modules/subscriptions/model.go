@@ -11,22 +11,22 @@ import (
 
 // Delivery states.
 const (
-	StatePending = "PENDING"
-	StateLeased  = "LEASED"
+	statePending = "PENDING"
+	stateLeased  = "LEASED"
 	StateAcked   = "ACKED"
-	StateExpired = "EXPIRED"
+	stateExpired = "EXPIRED"
 )
 
 // Limits and defaults of seed 001 §2 and §4.
 const (
-	MaxSubscriptionsPerNamespace = 64
-	DefaultMaxPending            = 100
-	MaxMaxPending                = 1000
-	DefaultMaxAttempts           = 20
-	MaxMaxAttempts               = 100
-	MaxAdditionalAttempts        = 100
-	MaxAttemptBudget             = 1_000_000
-	MaxReasonChars               = 1024
+	maxSubscriptionsPerNamespace = 64
+	defaultMaxPending            = 100
+	maxMaxPending                = 1000
+	defaultMaxAttempts           = 20
+	maxMaxAttempts               = 100
+	maxAdditionalAttempts        = 100
+	maxAttemptBudget             = 1_000_000
+	maxReasonChars               = 1024
 )
 
 // Subscription is a subscription row plus its live backlog.
@@ -48,8 +48,8 @@ type Subscription struct {
 	UpdatedAt    time.Time
 }
 
-// SubscriptionView is the wire form, field for field the seed's.
-type SubscriptionView struct {
+// subscriptionView is the wire form, field for field the seed's.
+type subscriptionView struct {
 	ID             string       `json:"id"`
 	QueueID        string       `json:"queue_id"`
 	CredentialID   string       `json:"credential_id"`
@@ -65,9 +65,9 @@ type SubscriptionView struct {
 	UpdatedAt      string       `json:"updated_at"`
 }
 
-// View returns the wire form of s.
-func (s *Subscription) View() SubscriptionView {
-	return SubscriptionView{
+// view returns the wire form of s.
+func (s *Subscription) view() subscriptionView {
+	return subscriptionView{
 		ID: s.ID, QueueID: s.QueueID, CredentialID: s.CredentialID, Name: s.Name,
 		Revision: httpx.Uint64(s.Revision), Enabled: s.Enabled, Types: s.Types,
 		CursorSequence: httpx.Uint64(s.CursorSequence), PendingCount: s.PendingCount,
@@ -167,7 +167,7 @@ func (d *Delivery) View() DeliveryView {
 		State: d.State, AvailableAt: httpx.FormatTime(d.AvailableAt), LeaseEpoch: httpx.Uint64(d.LeaseEpoch),
 		Attempts: d.Attempts, AttemptBudget: d.AttemptBudget,
 	}
-	if d.State == StateLeased && d.LeaseUntil != nil {
+	if d.State == stateLeased && d.LeaseUntil != nil {
 		v.LeaseUntil = httpx.FormatTime(*d.LeaseUntil)
 	}
 	if d.State == StateAcked && d.AcknowledgedAt != nil {

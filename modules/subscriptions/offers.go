@@ -24,28 +24,28 @@ func (m *Module) EventSessionClose(ctx context.Context, sessionID string) error 
 
 // SubscriptionGet returns a subscription by id, or sql.ErrNoRows.
 func (m *Module) SubscriptionGet(ctx context.Context, id string) (*Subscription, error) {
-	return SubscriptionGet(ctx, m.db, id)
+	return subscriptionGet(ctx, m.db, id)
 }
 
-// Materialize materialises one batch of a subscription, of the configured
+// DeliveryMaterialize materialises one batch of a subscription, of the configured
 // size (materialize_batch).
-func (m *Module) Materialize(ctx context.Context, subscriptionID string) (created int, more bool, err error) {
-	return Materialize(ctx, m.db, m.log, subscriptionID, m.cfg.MaterializeBatch)
+func (m *Module) DeliveryMaterialize(ctx context.Context, subscriptionID string) (created int, more bool, err error) {
+	return deliveryMaterialize(ctx, m.db, m.log, subscriptionID, m.cfg.MaterializeBatch)
 }
 
-// Claim leases deliveries for one event connection.
-func (m *Module) Claim(ctx context.Context, p *ClaimParams) ([]Lease, error) {
-	return Claim(ctx, m.db, m.log, m.auth, p)
+// DeliveryClaim leases deliveries for one event connection.
+func (m *Module) DeliveryClaim(ctx context.Context, p *DeliveryClaimParams) ([]Lease, error) {
+	return DeliveryClaim(ctx, m.db, m.log, m.auth, p)
 }
 
-// AckBatch records ACKs in one transaction.
-func (m *Module) AckBatch(ctx context.Context, acks []*AckParams) ([]AckOutcome, error) {
-	return AckBatch(ctx, m.db, m.auth, acks)
+// DeliveryAckBatch records ACKs in one transaction.
+func (m *Module) DeliveryAckBatch(ctx context.Context, acks []*DeliveryAckParams) ([]AckOutcome, error) {
+	return deliveryAckBatch(ctx, m.db, m.auth, acks)
 }
 
 // DeliveryUnsent gives back a lease whose event.deliver was never sent.
 func (m *Module) DeliveryUnsent(ctx context.Context, l *Lease, delay time.Duration) (bool, error) {
-	return DeliveryUnsent(ctx, m.db, l, delay)
+	return deliveryUnsent(ctx, m.db, l, delay)
 }
 
 // Claimable returns a channel closed when deliveries may have become
@@ -60,5 +60,5 @@ func (m *Module) MaterializeSoon() { m.wake.Notify() }
 // RetentionHeld returns the lowest sequence in [from, to) of a queue's log
 // that a live delivery holds, in the purge's transaction q.
 func (m *Module) RetentionHeld(ctx context.Context, q Querier, queueID string, from, to uint64) (uint64, error) {
-	return RetentionHeld(ctx, q, queueID, from, to)
+	return retentionHeld(ctx, q, queueID, from, to)
 }

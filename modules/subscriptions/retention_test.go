@@ -19,7 +19,7 @@ func TestT11_RetentionHoldKeepsEventsWithLiveDeliveries(t *testing.T) {
 	ctx := context.Background()
 	f.appendEvents(t, 6)
 	s := f.create(t, "all", nil, zero(), 100)
-	if n, _, err := Materialize(ctx, f.db, f.log, s.ID, 100); err != nil || n != 6 {
+	if n, _, err := deliveryMaterialize(ctx, f.db, f.log, s.ID, 100); err != nil || n != 6 {
 		t.Fatalf("materialize: %d %v", n, err)
 	}
 	if _, err := f.db.Exec(`UPDATE result_events SET occurred_at = ? WHERE queue_id = ?`, db.Now().Add(-30*24*time.Hour), f.scope.QueueID); err != nil {
@@ -34,12 +34,12 @@ func TestT11_RetentionHoldKeepsEventsWithLiveDeliveries(t *testing.T) {
 		}
 	}
 	setState(StateAcked, 1, 2, 5)
-	setState(StateLeased, 3)
-	setState(StateExpired, 6) // 4 stays PENDING
+	setState(stateLeased, 3)
+	setState(stateExpired, 6) // 4 stays PENDING
 	hold := &Module{}
 	purge := func(want int, wantMark uint64, holds ...tasks.RetentionHold) {
 		t.Helper()
-		n, err := tasks.RetentionPurge(ctx, f.db, f.scope.QueueID, db.Now().Add(-24*time.Hour), 100, holds...)
+		n, err := tasks.EventPurge(ctx, f.db, &tasks.EventPurgeParams{QueueID: f.scope.QueueID, Cutoff: db.Now().Add(-24 * time.Hour), Batch: 100, Holds: holds})
 		if err != nil || n != want {
 			t.Fatalf("purged %d events (%v), want %d", n, err, want)
 		}
@@ -54,7 +54,7 @@ func TestT11_RetentionHoldKeepsEventsWithLiveDeliveries(t *testing.T) {
 	purge(1, 4, hold) // stops at the PENDING delivery of 4
 	setState(StateAcked, 4)
 	purge(2, 6, hold) // 4 and 5; the EXPIRED delivery of 6 holds it
-	if held, err := RetentionHeld(ctx, f.db, f.scope.QueueID, 1, 6); err != nil || held != 6 {
+	if held, err := retentionHeld(ctx, f.db, f.scope.QueueID, 1, 6); err != nil || held != 6 {
 		t.Fatalf("RetentionHeld over acknowledged deliveries = %d, %v; want the end of the range, 6", held, err)
 	}
 	purge(1, 7) // without the hold, 6 goes too

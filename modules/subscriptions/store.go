@@ -34,9 +34,9 @@ func scanSubscription(row scanner) (*Subscription, error) {
 	return &s, nil
 }
 
-// SubscriptionGet returns a subscription with its current backlog, or
+// subscriptionGet returns a subscription with its current backlog, or
 // sql.ErrNoRows.
-func SubscriptionGet(ctx context.Context, q Querier, id string) (*Subscription, error) {
+func subscriptionGet(ctx context.Context, q Querier, id string) (*Subscription, error) {
 	s, err := scanSubscription(q.QueryRowContext(ctx, `SELECT `+subscriptionColumns+` FROM subscriptions s WHERE s.id = ?`, id))
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("subscriptions: get: %w", err)
@@ -54,9 +54,9 @@ func subscriptionLock(ctx context.Context, tx *sql.Tx, id string) (*Subscription
 	return s, err
 }
 
-// SubscriptionCreateParams describe a new subscription. FromSequence nil
+// subscriptionCreateParams describe a new subscription. FromSequence nil
 // means "after the head committed now".
-type SubscriptionCreateParams struct {
+type subscriptionCreateParams struct {
 	NamespaceID  string
 	QueueID      string
 	CredentialID string
@@ -67,10 +67,10 @@ type SubscriptionCreateParams struct {
 	MaxAttempts  int
 }
 
-// SubscriptionCreate stores a new subscription in tx (S-4 … S-11). The
+// subscriptionCreate stores a new subscription in tx (S-4 … S-11). The
 // namespace row is locked so that the 64-per-namespace limit and the name's
 // uniqueness hold under concurrent creates.
-func SubscriptionCreate(ctx context.Context, tx *sql.Tx, log Log, p *SubscriptionCreateParams) (*Subscription, error) {
+func subscriptionCreate(ctx context.Context, tx *sql.Tx, log Log, p *subscriptionCreateParams) (*Subscription, error) {
 	var nsID string
 	if err := tx.QueryRowContext(ctx, `SELECT id FROM namespaces WHERE id = ? FOR UPDATE`, p.NamespaceID).Scan(&nsID); err != nil {
 		return nil, fmt.Errorf("subscriptions: lock namespace: %w", err)
@@ -83,8 +83,8 @@ func SubscriptionCreate(ctx context.Context, tx *sql.Tx, log Log, p *Subscriptio
 	if sameName > 0 {
 		return nil, httpx.Errorf(httpx.CodeStateConflict, "a subscription named %q already exists in this namespace", p.Name)
 	}
-	if count >= MaxSubscriptionsPerNamespace {
-		return nil, httpx.Errorf(httpx.CodeSubscriptionLimit, "the namespace already has %d subscriptions", MaxSubscriptionsPerNamespace)
+	if count >= maxSubscriptionsPerNamespace {
+		return nil, httpx.Errorf(httpx.CodeSubscriptionLimit, "the namespace already has %d subscriptions", maxSubscriptionsPerNamespace)
 	}
 	types, err := normalizeTypes(p.Types)
 	if err != nil {
@@ -126,16 +126,16 @@ func SubscriptionCreate(ctx context.Context, tx *sql.Tx, log Log, p *Subscriptio
 	return s, nil
 }
 
-// SubscriptionListParams page the caller's subscriptions on a queue.
-type SubscriptionListParams struct {
+// subscriptionListParams page the caller's subscriptions on a queue.
+type subscriptionListParams struct {
 	QueueID      string
 	CredentialID string
 	Limit        int
 	After        *httpx.Cursor
 }
 
-// SubscriptionList returns up to p.Limit+1 subscriptions, newest first.
-func SubscriptionList(ctx context.Context, q Querier, p *SubscriptionListParams) ([]*Subscription, error) {
+// subscriptionList returns up to p.Limit+1 subscriptions, newest first.
+func subscriptionList(ctx context.Context, q Querier, p *subscriptionListParams) ([]*Subscription, error) {
 	query := `SELECT ` + subscriptionColumns + ` FROM subscriptions s WHERE s.queue_id = ? AND s.credential_id = ?`
 	args := []any{p.QueueID, p.CredentialID}
 	if p.After != nil {
@@ -160,8 +160,8 @@ func SubscriptionList(ctx context.Context, q Querier, p *SubscriptionListParams)
 	return out, rows.Err()
 }
 
-// SubscriptionConfigureParams change a subscription's enabled flag.
-type SubscriptionConfigureParams struct {
+// subscriptionConfigureParams change a subscription's enabled flag.
+type subscriptionConfigureParams struct {
 	ID               string
 	CredentialID     string
 	ExpectedRevision uint64
@@ -169,10 +169,10 @@ type SubscriptionConfigureParams struct {
 	Reason           string
 }
 
-// SubscriptionConfigure sets enabled in tx (S-14, S-15): every command, even
+// subscriptionConfigure sets enabled in tx (S-14, S-15): every command, even
 // one that sets the same value, is an audited change that increases the
 // revision. A stale expected_revision is a STATE_CONFLICT.
-func SubscriptionConfigure(ctx context.Context, tx *sql.Tx, p *SubscriptionConfigureParams) (*Subscription, error) {
+func subscriptionConfigure(ctx context.Context, tx *sql.Tx, p *subscriptionConfigureParams) (*Subscription, error) {
 	s, err := subscriptionLock(ctx, tx, p.ID)
 	if err != nil {
 		return nil, err
@@ -224,9 +224,9 @@ func scanDelivery(row scanner) (*Delivery, error) {
 	return &d, nil
 }
 
-// DeliveryGet returns a delivery of a subscription, or sql.ErrNoRows (also
+// deliveryGet returns a delivery of a subscription, or sql.ErrNoRows (also
 // for a delivery of another subscription, S-19).
-func DeliveryGet(ctx context.Context, q Querier, subscriptionID, id string) (*Delivery, error) {
+func deliveryGet(ctx context.Context, q Querier, subscriptionID, id string) (*Delivery, error) {
 	d, err := scanDelivery(q.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM event_deliveries WHERE id = ? AND subscription_id = ?`, id, subscriptionID))
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("subscriptions: get delivery: %w", err)
@@ -234,16 +234,16 @@ func DeliveryGet(ctx context.Context, q Querier, subscriptionID, id string) (*De
 	return d, err
 }
 
-// DeliveryListParams page a subscription's deliveries, newest first.
-type DeliveryListParams struct {
+// deliveryListParams page a subscription's deliveries, newest first.
+type deliveryListParams struct {
 	SubscriptionID string
 	State          string
 	Limit          int
 	After          *httpx.Cursor
 }
 
-// DeliveryList returns up to p.Limit+1 deliveries.
-func DeliveryList(ctx context.Context, q Querier, p *DeliveryListParams) ([]*Delivery, error) {
+// deliveryList returns up to p.Limit+1 deliveries.
+func deliveryList(ctx context.Context, q Querier, p *deliveryListParams) ([]*Delivery, error) {
 	query := `SELECT ` + deliveryColumns + ` FROM event_deliveries WHERE subscription_id = ?`
 	args := []any{p.SubscriptionID}
 	if p.State != "" {
@@ -282,8 +282,8 @@ func queryDeliveries(ctx context.Context, q Querier, query string, args ...any) 
 	return out, rows.Err()
 }
 
-// DeliveryRetryParams describe a manual retry of an EXPIRED delivery.
-type DeliveryRetryParams struct {
+// deliveryRetryParams describe a manual retry of an EXPIRED delivery.
+type deliveryRetryParams struct {
 	SubscriptionID     string
 	ID                 string
 	CredentialID       string
@@ -292,10 +292,10 @@ type DeliveryRetryParams struct {
 	Reason             string
 }
 
-// DeliveryRetry makes an EXPIRED delivery PENDING again with more attempts
+// deliveryRetry makes an EXPIRED delivery PENDING again with more attempts
 // (S-21). Attempts, lease epoch, event identity and the backlog slot are
 // kept; the cumulative budget may not pass 1,000,000.
-func DeliveryRetry(ctx context.Context, tx *sql.Tx, p *DeliveryRetryParams) (*Delivery, error) {
+func deliveryRetry(ctx context.Context, tx *sql.Tx, p *deliveryRetryParams) (*Delivery, error) {
 	d, err := scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM event_deliveries WHERE id = ? AND subscription_id = ? FOR UPDATE`, p.ID, p.SubscriptionID))
 	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
@@ -303,17 +303,17 @@ func DeliveryRetry(ctx context.Context, tx *sql.Tx, p *DeliveryRetryParams) (*De
 		}
 		return nil, fmt.Errorf("subscriptions: lock delivery: %w", err)
 	}
-	if d.State != StateExpired {
+	if d.State != stateExpired {
 		return nil, httpx.Errorf(httpx.CodeStateConflict, "delivery is %s; only EXPIRED deliveries can be retried", d.State)
 	}
 	if d.Revision != p.ExpectedRevision {
 		return nil, httpx.Errorf(httpx.CodeStateConflict, "expected_revision %d does not match the delivery's revision %d", p.ExpectedRevision, d.Revision)
 	}
-	if d.AttemptBudget+p.AdditionalAttempts > MaxAttemptBudget {
-		return nil, httpx.Errorf(httpx.CodeStateConflict, "the attempt budget would exceed %d", MaxAttemptBudget)
+	if d.AttemptBudget+p.AdditionalAttempts > maxAttemptBudget {
+		return nil, httpx.Errorf(httpx.CodeStateConflict, "the attempt budget would exceed %d", maxAttemptBudget)
 	}
 	now := db.Now()
-	d.State = StatePending
+	d.State = statePending
 	d.Revision++
 	d.AttemptBudget += p.AdditionalAttempts
 	d.AvailableAt = now

@@ -26,9 +26,9 @@ func init() { modules.Register(&Module{}) }
 
 // Defaults of the subscriptions section.
 const (
-	DefaultMaterializeInterval = time.Second
-	DefaultRecoverInterval     = time.Second
-	DefaultRecoverBatch        = 100
+	defaultMaterializeInterval = time.Second
+	defaultRecoverInterval     = time.Second
+	defaultRecoverBatch        = 100
 )
 
 // Config is the `subscriptions` section.
@@ -91,8 +91,8 @@ func (*Module) OrbitModule() modules.Info {
 		Roles:    []string{"server"},
 		New: func() modules.Module {
 			return &Module{cfg: Config{
-				MaterializeInterval: DefaultMaterializeInterval, MaterializeBatch: DefaultMaterializeBatch,
-				RecoverInterval: DefaultRecoverInterval, RecoverBatch: DefaultRecoverBatch,
+				MaterializeInterval: defaultMaterializeInterval, MaterializeBatch: DefaultMaterializeBatch,
+				RecoverInterval: defaultRecoverInterval, RecoverBatch: defaultRecoverBatch,
 			}}
 		},
 	}
@@ -156,7 +156,7 @@ func (m *Module) materializeLoop(ctx context.Context) {
 	defer ticker.Stop()
 	for ctx.Err() == nil {
 		appended, woken := m.log.Appended(), m.wake.C()
-		n, err := MaterializeAll(ctx, m.db, m.log, m.cfg.MaterializeBatch, func(id string, err error) {
+		n, err := deliveryMaterializeAll(ctx, m.db, m.log, m.cfg.MaterializeBatch, func(id string, err error) {
 			if err != ErrHistoryExpired {
 				m.logger.Warn("materialize", "subscription_id", id, "err", err)
 			}
@@ -180,7 +180,7 @@ func (m *Module) materializeLoop(ctx context.Context) {
 // with the same transitions a claim applies (S-22).
 func (m *Module) recoverExpired(ctx context.Context) {
 	for ctx.Err() == nil {
-		n, err := RecoverLeases(ctx, m.db, "", m.cfg.RecoverBatch)
+		n, err := DeliveryRecover(ctx, m.db, "", m.cfg.RecoverBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				m.logger.Warn("recover delivery leases", "err", err)

@@ -212,11 +212,11 @@ func benchmarkAppend(b *testing.B, queueN int) {
 	}
 	assigned := make(chan tasks.Assignment, b.N)
 	for q, queueID := range queues {
-		session, err := store.SessionOpen(ctx, &tasks.SessionOpenParams{QueueID: queueID, CredentialID: "bench", Capacity: perQueue[q]})
+		session, err := store.WorkerSessionOpen(ctx, &tasks.WorkerSessionOpenParams{QueueID: queueID, CredentialID: "bench", Capacity: perQueue[q]})
 		if err != nil {
 			b.Fatal(err)
 		}
-		got, err := store.Lease(ctx, session, grant(queueID), time.Hour)
+		got, err := store.AttemptLease(ctx, session, grant(queueID), time.Hour)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -236,7 +236,7 @@ func benchmarkAppend(b *testing.B, queueN int) {
 		go func() {
 			defer wg.Done()
 			for a := range assigned {
-				_, ev, err := store.Complete(ctx, &tasks.CompleteParams{
+				_, ev, err := store.AttemptComplete(ctx, &tasks.AttemptCompleteParams{
 					Grant:   grant(a.Task.QueueID),
 					Proof:   tasks.Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 					Outcome: tasks.OutcomeSucceeded, Result: []byte(`{"ok":true}`),

@@ -17,11 +17,11 @@ func leaseN(t *testing.T, f *fixture, queue string, n int) []Assignment {
 	t.Helper()
 	ctx := context.Background()
 	f.submit(t, queue, n, true, 3)
-	session, err := f.store.SessionOpen(ctx, &SessionOpenParams{QueueID: queue, CredentialID: f.worker, Capacity: n})
+	session, err := f.store.WorkerSessionOpen(ctx, &WorkerSessionOpenParams{QueueID: queue, CredentialID: f.worker, Capacity: n})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := f.store.Lease(ctx, session, f.grant(queue), time.Minute)
+	got, err := f.store.AttemptLease(ctx, session, f.grant(queue), time.Minute)
 	if err != nil || len(got) != n {
 		t.Fatalf("lease: %v, %d assignments; want %d", err, len(got), n)
 	}
@@ -29,8 +29,8 @@ func leaseN(t *testing.T, f *fixture, queue string, n int) []Assignment {
 }
 
 // succeeded is the completion a's worker sends for a success.
-func succeeded(f *fixture, a Assignment) *CompleteParams {
-	return &CompleteParams{
+func succeeded(f *fixture, a Assignment) *AttemptCompleteParams {
+	return &AttemptCompleteParams{
 		Grant:   f.grant(a.Task.QueueID),
 		Proof:   Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 		Outcome: OutcomeSucceeded, Result: []byte(`{"ok":true}`),
@@ -53,7 +53,7 @@ func TestCompleteBatch_SameProofTwiceAppendsOneEvent(t *testing.T) {
 	a := leaseOne(t, f, false, 1)
 	p := succeeded(f, a)
 	again := *p
-	out, err := f.store.CompleteBatch(context.Background(), []*CompleteParams{p, &again})
+	out, err := f.store.AttemptCompleteBatch(context.Background(), []*AttemptCompleteParams{p, &again})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,25 +81,25 @@ func TestCompleteBatch_RefusedProofDoesNotStopTheOthers(t *testing.T) {
 	if _, err := f.db.Exec(`UPDATE task_attempts SET lease_until = ? WHERE id = ?`, db.Now().Add(-time.Second), as[2].AttemptID); err != nil {
 		t.Fatal(err)
 	}
-	if events, err := f.store.ExpireLeases(ctx, 10); err != nil || len(events) != 1 {
+	if events, err := f.store.attemptRecover(ctx, 10); err != nil || len(events) != 1 {
 		t.Fatalf("expire: %d events, %v; want the third task requeued", len(events), err)
 	}
-	session, err := f.store.SessionOpen(ctx, &SessionOpenParams{QueueID: f.queues[0], CredentialID: f.worker, Capacity: 1})
+	session, err := f.store.WorkerSessionOpen(ctx, &WorkerSessionOpenParams{QueueID: f.queues[0], CredentialID: f.worker, Capacity: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := f.store.Lease(ctx, session, f.grant(f.queues[0]), time.Minute); err != nil || len(again) != 1 || again[0].Task.ID != as[2].Task.ID {
+	if again, err := f.store.AttemptLease(ctx, session, f.grant(f.queues[0]), time.Minute); err != nil || len(again) != 1 || again[0].Task.ID != as[2].Task.ID {
 		t.Fatalf("re-lease: %+v %v; want the requeued task", again, err)
 	}
 	valid := succeeded(f, as[0])
 	wrongSecret := succeeded(f, as[1])
 	wrongSecret.LeaseSecret = strings.Repeat("A", len(wrongSecret.LeaseSecret))
 	stale := succeeded(f, as[2])
-	out, err := f.store.CompleteBatch(ctx, []*CompleteParams{wrongSecret, valid, stale})
+	out, err := f.store.AttemptCompleteBatch(ctx, []*AttemptCompleteParams{wrongSecret, valid, stale})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out[0].Err != ErrLeaseLost || out[1].Err != nil || out[2].Err != ErrLeaseLost {
+	if out[0].Err != errLeaseLost || out[1].Err != nil || out[2].Err != errLeaseLost {
 		t.Fatalf("errors %v, %v, %v; want lease lost, nil, lease lost", out[0].Err, out[1].Err, out[2].Err)
 	}
 	if got := taskState(t, f, valid.TaskID); got.State != StateSucceeded {
@@ -119,7 +119,7 @@ func TestCompleteBatch_InvalidOutcomeFailsOnlyItsOwnItem(t *testing.T) {
 	as := leaseN(t, f, f.queues[0], 3)
 	invalid := succeeded(f, as[1])
 	invalid.Outcome = "done"
-	out, err := f.store.CompleteBatch(context.Background(), []*CompleteParams{succeeded(f, as[0]), invalid, succeeded(f, as[2])})
+	out, err := f.store.AttemptCompleteBatch(context.Background(), []*AttemptCompleteParams{succeeded(f, as[0]), invalid, succeeded(f, as[2])})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,11 +150,11 @@ func TestCompleteBatch_SequencesArePerQueueWithoutGaps(t *testing.T) {
 	q0 := leaseN(t, f, f.queues[0], 2)
 	q1 := leaseN(t, f, f.queues[1], 3)
 	interleaved := []Assignment{q1[0], q0[0], q1[1], q0[1], q1[2]}
-	batch := make([]*CompleteParams, 0, len(interleaved))
+	batch := make([]*AttemptCompleteParams, 0, len(interleaved))
 	for _, a := range interleaved {
 		batch = append(batch, succeeded(f, a))
 	}
-	out, err := f.store.CompleteBatch(ctx, batch)
+	out, err := f.store.AttemptCompleteBatch(ctx, batch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestCompleteBatch_SequencesArePerQueueWithoutGaps(t *testing.T) {
 		if o.Err != nil || o.Event == nil {
 			t.Fatalf("completion %d: %+v; want applied", i, o)
 		}
-		logged, err := EventsBySequence(ctx, f.db, interleaved[i].Task.QueueID, []uint64{uint64(o.Event.Sequence)})
+		logged, err := eventsBySequence(ctx, f.db, interleaved[i].Task.QueueID, []uint64{uint64(o.Event.Sequence)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,16 +30,16 @@ func TestT8_T10_EveryChangeLoggedInTheEventShape(t *testing.T) {
 
 	succeeded := e.submit(t, c, submitBody(q, input))
 	sa := e.lease(t, c, succeeded.ID, time.Minute)
-	e.complete(t, sa, tasks.CompleteParams{Outcome: tasks.OutcomeSucceeded, Result: []byte(`{"receipt":"R-1","amount":` + big + `}`)})
+	e.complete(t, sa, tasks.AttemptCompleteParams{Outcome: tasks.OutcomeSucceeded, Result: []byte(`{"receipt":"R-1","amount":` + big + `}`)})
 
 	reviewed := e.needsReview(t, c, submitBody(q, input))
 	wantStatus(t, e.review(t, c, reviewed.ID, `{"expected_revision":"3","resolution":"requeue","reason":"retry by hand"}`), http.StatusOK)
 	ra := e.lease(t, c, reviewed.ID, time.Minute)
-	e.complete(t, ra, tasks.CompleteParams{Outcome: tasks.OutcomeFailed, ErrorCode: "DECLINED", ErrorMessage: marker})
+	e.complete(t, ra, tasks.AttemptCompleteParams{Outcome: tasks.OutcomeFailed, ErrorCode: "DECLINED", ErrorMessage: marker})
 
 	retried := e.submit(t, c, `{"queue_id":"`+q+`","input":`+input+`,"idempotent":true,"max_attempts":2}`)
 	ta := e.lease(t, c, retried.ID, time.Minute)
-	e.complete(t, ta, tasks.CompleteParams{Outcome: tasks.OutcomeFailed, ErrorCode: "TIMEOUT"})
+	e.complete(t, ta, tasks.AttemptCompleteParams{Outcome: tasks.OutcomeFailed, ErrorCode: "TIMEOUT"})
 
 	snapshot := func(task tasks.TaskView, state, revision, uncertain, extra string) string {
 		return fmt.Sprintf(`{"schema_version":1,"task_id":%q,"queue_id":%q,"state":%q,"revision":%q,"effect_uncertain":%s%s}`,

@@ -22,8 +22,8 @@ import (
 const (
 	MaxInputBytes      = 256 << 10
 	DefaultMaxAttempts = 3
-	MaxMaxAttempts     = 100
-	MaxReasonChars     = 1024
+	maxMaxAttempts     = 100
+	maxReasonChars     = 1024
 )
 
 func (m *Module) routes(r *mux.Router) {
@@ -72,8 +72,8 @@ func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	maxAttempts := DefaultMaxAttempts
 	if req.MaxAttempts != nil {
-		if *req.MaxAttempts < 1 || *req.MaxAttempts > MaxMaxAttempts {
-			httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "max_attempts must be between 1 and %d", MaxMaxAttempts))
+		if *req.MaxAttempts < 1 || *req.MaxAttempts > maxMaxAttempts {
+			httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "max_attempts must be between 1 and %d", maxMaxAttempts))
 			return
 		}
 		maxAttempts = *req.MaxAttempts
@@ -83,7 +83,7 @@ func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	idempotent := req.Idempotent != nil && *req.Idempotent
-	idem.Handle(w, r, m.store.DB(), p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
+	idem.Handle(w, r, m.store.pool(), p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
 		t, err := TaskInsert(ctx, tx, &TaskInsertParams{
 			NamespaceID: p.NamespaceID, QueueID: *req.QueueID, CredentialID: p.CredentialID,
 			Input: input, Idempotent: idempotent, MaxAttempts: maxAttempts,
@@ -91,7 +91,7 @@ func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusCreated, taskReceipt{Task: t.View(false)}, nil
+		return http.StatusCreated, taskReceipt{Task: t.view(false)}, nil
 	})
 	// Handle returns after the commit: wake the workers of this node now.
 	m.store.submitted.Notify()
@@ -104,7 +104,7 @@ func (m *Module) loadVisible(r *http.Request) (*Task, error) {
 	if !httpx.ValidID(id) {
 		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "task id must be 32 lowercase hex characters")
 	}
-	t, err := TaskGet(r.Context(), m.store.DB(), id)
+	t, err := TaskGet(r.Context(), m.store.pool(), id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, auth.ErrNotFound("task")
 	}
@@ -128,7 +128,7 @@ func (m *Module) get(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	httpx.WriteData(w, r, http.StatusOK, t.View(true))
+	httpx.WriteData(w, r, http.StatusOK, t.view(true))
 }
 
 func (m *Module) list(w http.ResponseWriter, r *http.Request) {
@@ -169,14 +169,14 @@ func (m *Module) list(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, err)
 		return
 	}
-	rows, err := TaskList(r.Context(), m.store.DB(), &TaskListParams{QueueID: queueID, State: state, Limit: limit, After: after})
+	rows, err := taskList(r.Context(), m.store.pool(), &taskListParams{QueueID: queueID, State: state, Limit: limit, After: after})
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
 	}
 	httpx.WriteData(w, r, http.StatusOK, httpx.NewPage(rows, limit, binding,
 		func(t *Task) (time.Time, string) { return t.CreatedAt, t.ID },
-		func(t *Task) TaskView { return t.View(false) }))
+		func(t *Task) TaskView { return t.view(false) }))
 }
 
 type cancelRequest struct {
@@ -193,8 +193,8 @@ func (m *Module) cancel(w http.ResponseWriter, r *http.Request) {
 	reason := ""
 	if req.Reason != nil {
 		reason = *req.Reason
-		if utf8.RuneCountInString(reason) > MaxReasonChars {
-			httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "reason exceeds %d characters", MaxReasonChars))
+		if utf8.RuneCountInString(reason) > maxReasonChars {
+			httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "reason exceeds %d characters", maxReasonChars))
 			return
 		}
 	}
@@ -204,7 +204,7 @@ func (m *Module) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := auth.FromContext(r.Context())
-	idem.Handle(w, r, m.store.DB(), p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
+	idem.Handle(w, r, m.store.pool(), p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
 		after, _, err := TaskCancel(ctx, tx, t.ID, reason)
 		if err != nil {
 			return 0, nil, err
@@ -214,7 +214,7 @@ func (m *Module) cancel(w http.ResponseWriter, r *http.Request) {
 		}); err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, taskReceipt{Task: after.View(false)}, nil
+		return http.StatusOK, taskReceipt{Task: after.view(false)}, nil
 	})
 	// Handle returns after the commit: a PENDING task was cancelled (an
 	// append) or a RUNNING one got its cancel request.
@@ -245,18 +245,18 @@ func (m *Module) review(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch *req.Resolution {
-	case ResolutionRequeue, ResolutionSucceeded, ResolutionFailed:
+	case resolutionRequeue, ResolutionSucceeded, resolutionFailed:
 	default:
 		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "resolution must be requeue, succeeded or failed"))
 		return
 	}
-	if n := utf8.RuneCountInString(*req.Reason); n == 0 || n > MaxReasonChars {
-		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "reason must be 1 to %d characters", MaxReasonChars))
+	if n := utf8.RuneCountInString(*req.Reason); n == 0 || n > maxReasonChars {
+		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "reason must be 1 to %d characters", maxReasonChars))
 		return
 	}
 	var result []byte
 	if req.Result != nil {
-		if *req.Resolution == ResolutionRequeue {
+		if *req.Resolution == resolutionRequeue {
 			httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "result is not allowed with resolution requeue"))
 			return
 		}
@@ -272,7 +272,7 @@ func (m *Module) review(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := auth.FromContext(r.Context())
-	idem.Handle(w, r, m.store.DB(), p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
+	idem.Handle(w, r, m.store.pool(), p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
 		after, _, err := TaskReview(ctx, tx, &TaskReviewParams{
 			ID: t.ID, ExpectedRevision: uint64(*req.ExpectedRevision), Resolution: *req.Resolution,
 			Reason: *req.Reason, Result: result,
@@ -285,7 +285,7 @@ func (m *Module) review(w http.ResponseWriter, r *http.Request) {
 		}); err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, taskReceipt{Task: after.View(false)}, nil
+		return http.StatusOK, taskReceipt{Task: after.view(false)}, nil
 	})
 	// Handle returns after the commit: the review appended a result or
 	// made the task PENDING again.

@@ -37,7 +37,7 @@ var (
 type env struct {
 	srv   *servertest.Server
 	store *tasks.Store
-	// expireMu serialises ExpireLeases: with SKIP LOCKED, a call that
+	// expireMu serialises AttemptRecover: with SKIP LOCKED, a call that
 	// overlaps another could return before the other has committed the
 	// lease a test waits for.
 	expireMu sync.Mutex
@@ -115,11 +115,11 @@ func (e *env) lease(t *testing.T, c servertest.Credential, id string, d time.Dur
 	t.Helper()
 	ctx := context.Background()
 	grant := e.srv.WorkerGrant(t, c)
-	session, err := e.store.SessionOpen(ctx, &tasks.SessionOpenParams{QueueID: c.QueueID, CredentialID: grant.CredentialID, WorkerName: "test", Capacity: 1})
+	session, err := e.store.WorkerSessionOpen(ctx, &tasks.WorkerSessionOpenParams{QueueID: c.QueueID, CredentialID: grant.CredentialID, WorkerName: "test", Capacity: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	assigned, err := e.store.Lease(ctx, session, grant, d)
+	assigned, err := e.store.AttemptLease(ctx, session, grant, d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,11 +130,11 @@ func (e *env) lease(t *testing.T, c servertest.Credential, id string, d time.Dur
 }
 
 // complete reports an outcome for a lease as its worker would.
-func (e *env) complete(t *testing.T, a leased, p tasks.CompleteParams) {
+func (e *env) complete(t *testing.T, a leased, p tasks.AttemptCompleteParams) {
 	t.Helper()
 	p.Proof = tasks.Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret}
 	p.Grant = a.Grant
-	if _, _, err := e.store.Complete(context.Background(), &p); err != nil {
+	if _, _, err := e.store.AttemptComplete(context.Background(), &p); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -144,7 +144,7 @@ func (e *env) expireLeases(t *testing.T) {
 	t.Helper()
 	e.expireMu.Lock()
 	defer e.expireMu.Unlock()
-	if _, err := e.store.ExpireLeases(context.Background(), 1000); err != nil {
+	if _, err := e.store.AttemptRecover(context.Background(), 1000); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -358,7 +358,7 @@ func TestTaskShape(t *testing.T) {
 	})
 
 	result := `{"total":` + big + `,"ratio":0.1,"tiny":1e-400}`
-	e.complete(t, lease, tasks.CompleteParams{Outcome: tasks.OutcomeSucceeded, Result: []byte(result)})
+	e.complete(t, lease, tasks.AttemptCompleteParams{Outcome: tasks.OutcomeSucceeded, Result: []byte(result)})
 	t.Run("SucceededHasResultExactly", func(t *testing.T) {
 		r := e.get(t, c, "/v1/tasks/"+task.ID)
 		wantStatus(t, r, http.StatusOK)
@@ -382,7 +382,7 @@ func TestTaskShape(t *testing.T) {
 	t.Run("FailedHasError", func(t *testing.T) {
 		failed := e.submit(t, c, `{"queue_id":"`+c.QueueID+`","input":{"k":1},"max_attempts":1}`)
 		a := e.lease(t, c, failed.ID, time.Minute)
-		e.complete(t, a, tasks.CompleteParams{Outcome: tasks.OutcomeFailed, ErrorCode: "CARD_DECLINED", ErrorMessage: "the card was declined"})
+		e.complete(t, a, tasks.AttemptCompleteParams{Outcome: tasks.OutcomeFailed, ErrorCode: "CARD_DECLINED", ErrorMessage: "the card was declined"})
 		r := e.get(t, c, "/v1/tasks/"+failed.ID)
 		m := wantMembers(t, "failed task", r.Data, with("input", "current_attempt_id", "error", "finished_at")...)
 		wantJSON(t, "error", m["error"], `{"code":"CARD_DECLINED","message":"the card was declined"}`)

@@ -20,7 +20,7 @@ import (
 // Attempt states.
 const (
 	AttemptRunning   = "RUNNING"
-	AttemptCompleted = "COMPLETED"
+	attemptCompleted = "COMPLETED"
 	AttemptReleased  = "RELEASED"
 	AttemptExpired   = "EXPIRED"
 )
@@ -33,13 +33,9 @@ const (
 	OutcomeCancelled   = "cancelled"
 )
 
-// CodeTaskLeaseLost is the worker-protocol error for a proof that is not the
-// task's current lease (T-5). A wrong secret gets the same answer.
-const CodeTaskLeaseLost httpx.Code = "TASK_LEASE_LOST"
-
-// ErrLeaseLost is returned for a completion or release whose proof does not
+// errLeaseLost is returned for a completion or release whose proof does not
 // hold the task's current lease.
-var ErrLeaseLost = httpx.Errorf(CodeTaskLeaseLost, "the lease is no longer held by this proof")
+var errLeaseLost = httpx.Errorf(httpx.CodeTaskLeaseLost, "the lease is no longer held by this proof")
 
 // Assignment is one task leased to a worker session.
 type Assignment struct {
@@ -50,16 +46,16 @@ type Assignment struct {
 	LeaseSecret string
 }
 
-// SessionOpenParams describe a worker connection.
-type SessionOpenParams struct {
+// WorkerSessionOpenParams describe a worker connection.
+type WorkerSessionOpenParams struct {
 	QueueID      string
 	CredentialID string
 	WorkerName   string
 	Capacity     int
 }
 
-// SessionOpen records a new worker session and returns its id.
-func (s *Store) SessionOpen(ctx context.Context, p *SessionOpenParams) (string, error) {
+// WorkerSessionOpen records a new worker session and returns its id.
+func (s *Store) WorkerSessionOpen(ctx context.Context, p *WorkerSessionOpenParams) (string, error) {
 	id := db.NewID()
 	_, err := s.db.ExecContext(ctx, `
 		INSERT INTO worker_sessions (id, queue_id, credential_id, worker_name, capacity, connected_at)
@@ -70,9 +66,9 @@ func (s *Store) SessionOpen(ctx context.Context, p *SessionOpenParams) (string, 
 	return id, nil
 }
 
-// SessionClose marks a session closed. Its leases stay until they expire or
+// WorkerSessionClose marks a session closed. Its leases stay until they expire or
 // are completed: a completion proof is not bound to the session.
-func (s *Store) SessionClose(ctx context.Context, sessionID string) error {
+func (s *Store) WorkerSessionClose(ctx context.Context, sessionID string) error {
 	_, err := s.db.ExecContext(ctx, `UPDATE worker_sessions SET closed_at = ? WHERE id = ? AND closed_at IS NULL`, db.Now(), sessionID)
 	if err != nil {
 		return fmt.Errorf("tasks: close session: %w", err)
@@ -96,15 +92,15 @@ func sessionLock(ctx context.Context, tx *sql.Tx, sessionID string) (queueID str
 	return queueID, capacity, held, true, nil
 }
 
-// Lease assigns up to the session's free capacity of PENDING tasks of its
+// AttemptLease assigns up to the session's free capacity of PENDING tasks of its
 // queue (T-4). Capacity is checked against the session row, locked in the
 // same transaction, so it holds across nodes; SKIP LOCKED lets many sessions
 // lease from one queue without ever assigning a task twice. The leases are
-// committed before Lease returns, so callers send task.assign only for
+// committed before AttemptLease returns, so callers send task.assign only for
 // persisted leases. grant is what the session's credential must still hold,
 // checked in the same transaction: when it no longer holds, nothing is
 // leased and the error is that of auth.GrantChecker.CheckGrants.
-func (s *Store) Lease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]Assignment, error) {
+func (s *Store) AttemptLease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]Assignment, error) {
 	var out []Assignment
 	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
 		out = nil
@@ -151,7 +147,7 @@ func (s *Store) Lease(ctx context.Context, sessionID string, grant auth.Grant, l
 			t.CurrentAttemptID = a.AttemptID
 			t.CancelRequested = false
 			a.Epoch = t.LeaseEpoch
-			if _, err := transition(ctx, tx, t, StateRunning, "", Details{}); err != nil {
+			if _, err := transition(ctx, tx, t, StateRunning, "", eventDetails{}); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, `
@@ -198,7 +194,7 @@ func attemptLock(ctx context.Context, tx *sql.Tx, p *Proof) (*attemptRow, error)
 	err := tx.QueryRowContext(ctx, `SELECT task_id, queue_id, epoch, lease_secret_digest, state, reply FROM task_attempts WHERE id = ? FOR UPDATE`, p.AttemptID).
 		Scan(&a.taskID, &a.queueID, &a.epoch, &a.digest, &a.state, &a.reply)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrLeaseLost
+		return nil, errLeaseLost
 	}
 	if err != nil {
 		return nil, err
@@ -206,15 +202,15 @@ func attemptLock(ctx context.Context, tx *sql.Tx, p *Proof) (*attemptRow, error)
 	digest := sha256.Sum256([]byte(p.LeaseSecret))
 	ok := subtle.ConstantTimeCompare(a.digest, digest[:]) == 1
 	if !ok || a.taskID != p.TaskID || a.epoch != p.Epoch || (p.QueueID != "" && a.queueID != p.QueueID) {
-		return nil, ErrLeaseLost
+		return nil, errLeaseLost
 	}
 	return &a, nil
 }
 
-// CompleteParams are a worker's report of an attempt's outcome.
-type CompleteParams struct {
+// AttemptCompleteParams are a worker's report of an attempt's outcome.
+type AttemptCompleteParams struct {
 	Proof
-	// Grant is what the completing credential must still hold (see Lease).
+	// Grant is what the completing credential must still hold (see AttemptLease).
 	Grant        auth.Grant
 	Outcome      string
 	Result       []byte
@@ -233,9 +229,9 @@ type CompleteReply struct {
 	Deduplicated bool         `json:"deduplicated"`
 }
 
-// Complete applies one worker's outcome; see CompleteBatch.
-func (s *Store) Complete(ctx context.Context, p *CompleteParams) (CompleteReply, *Event, error) {
-	outcomes, err := s.CompleteBatch(ctx, []*CompleteParams{p})
+// AttemptComplete applies one worker's outcome; see AttemptCompleteBatch.
+func (s *Store) AttemptComplete(ctx context.Context, p *AttemptCompleteParams) (CompleteReply, *Event, error) {
+	outcomes, err := s.AttemptCompleteBatch(ctx, []*AttemptCompleteParams{p})
 	if err == nil {
 		err = outcomes[0].Err
 	}
@@ -253,7 +249,7 @@ type CompleteOutcome struct {
 	Err   error
 }
 
-// CompleteBatch applies workers' outcomes (T-5, T-7) in one transaction, so
+// AttemptCompleteBatch applies workers' outcomes (T-5, T-7) in one transaction, so
 // that completions arriving together share one commit and one hold of each
 // queue's log head. Each completion is judged on its own: idempotent by the
 // proof (a repeat, in this batch or later, gets the original reply with
@@ -266,7 +262,7 @@ type CompleteOutcome struct {
 // Attempts and tasks are locked first, in task order, and the log heads
 // after, in queue order, so concurrent batches never wait on each other in
 // a cycle.
-func (s *Store) CompleteBatch(ctx context.Context, completions []*CompleteParams) ([]CompleteOutcome, error) {
+func (s *Store) AttemptCompleteBatch(ctx context.Context, completions []*AttemptCompleteParams) ([]CompleteOutcome, error) {
 	order := make([]int, len(completions))
 	for i := range order {
 		order[i] = i
@@ -307,14 +303,14 @@ func (s *Store) CompleteBatch(ctx context.Context, completions []*CompleteParams
 				continue
 			}
 			a, err := attemptLock(ctx, tx, &p.Proof)
-			if errors.Is(err, ErrLeaseLost) {
+			if errors.Is(err, errLeaseLost) {
 				outcomes[i].Err = err
 				continue
 			}
 			if err != nil {
 				return err
 			}
-			if a.state == AttemptCompleted && a.reply.Valid {
+			if a.state == attemptCompleted && a.reply.Valid {
 				if err := json.Unmarshal([]byte(a.reply.String), &outcomes[i].Reply); err != nil {
 					return fmt.Errorf("tasks: stored reply: %w", err)
 				}
@@ -322,7 +318,7 @@ func (s *Store) CompleteBatch(ctx context.Context, completions []*CompleteParams
 				continue
 			}
 			if a.state != AttemptRunning {
-				outcomes[i].Err = ErrLeaseLost
+				outcomes[i].Err = errLeaseLost
 				continue
 			}
 			t, err := taskLock(ctx, tx, p.TaskID)
@@ -330,7 +326,7 @@ func (s *Store) CompleteBatch(ctx context.Context, completions []*CompleteParams
 				return err
 			}
 			if t.State != StateRunning || t.CurrentAttemptID != p.AttemptID {
-				outcomes[i].Err = ErrLeaseLost
+				outcomes[i].Err = errLeaseLost
 				continue
 			}
 			first[p.AttemptID] = i
@@ -374,28 +370,28 @@ func (s *Store) CompleteBatch(ctx context.Context, completions []*CompleteParams
 	return outcomes, nil
 }
 
-func (s *Store) applyOutcome(ctx context.Context, tx *sql.Tx, t *Task, p *CompleteParams) (*Event, error) {
+func (s *Store) applyOutcome(ctx context.Context, tx *sql.Tx, t *Task, p *AttemptCompleteParams) (*Event, error) {
 	switch p.Outcome {
 	case OutcomeSucceeded:
 		t.Result, t.ErrorCode, t.ErrorMessage = p.Result, "", ""
-		return transition(ctx, tx, t, StateSucceeded, EventSucceeded, Details{Reason: ReasonCompleted})
+		return transition(ctx, tx, t, StateSucceeded, EventSucceeded, eventDetails{Reason: reasonCompleted})
 	case OutcomeFailed:
 		t.ErrorCode, t.ErrorMessage = p.ErrorCode, p.ErrorMessage
 		if t.Idempotent && t.Attempts < t.MaxAttempts && !t.CancelRequested {
 			t.AvailableAt = db.Now().Add(s.Backoff(t.Attempts))
-			return transition(ctx, tx, t, StatePending, EventRequeued, Details{Reason: ReasonAttemptFailed, ErrorCode: p.ErrorCode})
+			return transition(ctx, tx, t, StatePending, EventRequeued, eventDetails{Reason: reasonAttemptFailed, ErrorCode: p.ErrorCode})
 		}
 		t.Result = p.Result
-		return transition(ctx, tx, t, StateFailed, EventFailed, Details{Reason: ReasonAttemptFailed, ErrorCode: p.ErrorCode})
+		return transition(ctx, tx, t, StateFailed, EventFailed, eventDetails{Reason: reasonAttemptFailed, ErrorCode: p.ErrorCode})
 	case OutcomeNeedsReview:
 		t.Result = p.Result
-		return transition(ctx, tx, t, StateNeedsReview, EventNeedsReview, Details{Reason: ReasonWorkerReview})
+		return transition(ctx, tx, t, StateNeedsReview, EventNeedsReview, eventDetails{Reason: reasonWorkerReview})
 	case OutcomeCancelled:
 		reason := ReasonWorkerCancelled
 		if t.CancelRequested {
-			reason = ReasonCancelRequested
+			reason = reasonCancelRequested
 		}
-		return transition(ctx, tx, t, StateCancelled, EventCancelled, Details{Reason: reason})
+		return transition(ctx, tx, t, StateCancelled, EventCancelled, eventDetails{Reason: reason})
 	}
 	return nil, errInvalidOutcome
 }
@@ -412,17 +408,17 @@ func ValidOutcome(o string) bool {
 	return false
 }
 
-// Release returns a task whose effect never started to PENDING (the attempt
+// AttemptRelease returns a task whose effect never started to PENDING (the attempt
 // does not count against the budget). Releasing twice is harmless.
-func (s *Store) Release(ctx context.Context, p *Proof, reason string) (*Event, error) {
-	event, err := s.release(ctx, p, reason, ReasonReleased, 0)
+func (s *Store) AttemptRelease(ctx context.Context, p *Proof, reason string) (*Event, error) {
+	event, err := s.release(ctx, p, reason, reasonReleased, 0)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: release: %w", err)
 	}
 	return event, nil
 }
 
-// LeaseUnsent gives back a lease whose task.assign was never written to
+// AttemptUnsent gives back a lease whose task.assign was never written to
 // the worker's connection, because the frame could not be encoded or the
 // connection was closing. The worker never saw the task, so the attempt
 // is released as by task.release: it does not count against the budget,
@@ -431,9 +427,9 @@ func (s *Store) Release(ctx context.Context, p *Proof, reason string) (*Event, e
 // requested. The task is offered again after delay, so that one whose
 // frame can never be built is not leased in a loop. Calling it twice is
 // harmless; a lease that has meanwhile ended otherwise gets ErrLeaseLost.
-func (s *Store) LeaseUnsent(ctx context.Context, a *Assignment, delay time.Duration) (*Event, error) {
+func (s *Store) AttemptUnsent(ctx context.Context, a *Assignment, delay time.Duration) (*Event, error) {
 	p := Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret}
-	event, err := s.release(ctx, &p, "task.assign not sent", ReasonAssignNotSent, delay)
+	event, err := s.release(ctx, &p, "task.assign not sent", reasonAssignNotSent, delay)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: lease unsent: %w", err)
 	}
@@ -456,21 +452,21 @@ func (s *Store) release(ctx context.Context, p *Proof, note, reason string, dela
 			return nil
 		}
 		if a.state != AttemptRunning {
-			return ErrLeaseLost
+			return errLeaseLost
 		}
 		t, err := taskLock(ctx, tx, p.TaskID)
 		if err != nil {
 			return err
 		}
 		if t.State != StateRunning || t.CurrentAttemptID != p.AttemptID {
-			return ErrLeaseLost
+			return errLeaseLost
 		}
 		t.Attempts--
 		t.AvailableAt = db.Now().Add(delay)
 		if t.CancelRequested {
-			event, err = transition(ctx, tx, t, StateCancelled, EventCancelled, Details{Reason: ReasonCancelRequested})
+			event, err = transition(ctx, tx, t, StateCancelled, EventCancelled, eventDetails{Reason: reasonCancelRequested})
 		} else {
-			event, err = transition(ctx, tx, t, StatePending, EventRequeued, Details{Reason: reason})
+			event, err = transition(ctx, tx, t, StatePending, EventRequeued, eventDetails{Reason: reason})
 		}
 		if err != nil {
 			return err
@@ -495,9 +491,9 @@ func (s *Store) release(ctx context.Context, p *Proof, note, reason string, dela
 const renewQuery = `UPDATE task_attempts FORCE INDEX (ix_attempts_session) SET lease_until = ?
 	WHERE session_id = ? AND state = 'RUNNING' AND lease_until >= ?`
 
-// Renew extends every running lease of a session to now + leaseDuration
+// AttemptRenew extends every running lease of a session to now + leaseDuration
 // (worker.ping) and returns how many it renewed.
-func (s *Store) Renew(ctx context.Context, sessionID string, leaseDuration time.Duration) (int, error) {
+func (s *Store) AttemptRenew(ctx context.Context, sessionID string, leaseDuration time.Duration) (int, error) {
 	// A lock conflict with a completion or a lease can still end in a
 	// deadlock; db.Tx runs the renewal again rather than failing the
 	// ping, which would cost the worker its connection.
@@ -538,11 +534,11 @@ func (s *Store) CancelRequestList(ctx context.Context, sessionID string) ([]Proo
 	return out, rows.Err()
 }
 
-// ExpireLeases recovers up to batch attempts whose lease ran out (T-6): an
+// attemptRecover recovers up to batch attempts whose lease ran out (T-6): an
 // idempotent task with attempts left goes back to PENDING (task.requeued);
 // an idempotent task without attempts ends FAILED and a non-idempotent one
 // NEEDS_REVIEW, both with effect_uncertain. It returns the events appended.
-func (s *Store) ExpireLeases(ctx context.Context, batch int) ([]Event, error) {
+func (s *Store) attemptRecover(ctx context.Context, batch int) ([]Event, error) {
 	var events []Event
 	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
 		events = nil
@@ -583,17 +579,17 @@ func (s *Store) ExpireLeases(ctx context.Context, batch int) ([]Event, error) {
 				// Nobody will run it again: the cancel wins, but the
 				// attempt may have had effects.
 				t.EffectUncertain = true
-				ev, err = transition(ctx, tx, t, StateCancelled, EventCancelled, Details{Reason: ReasonCancelRequested})
+				ev, err = transition(ctx, tx, t, StateCancelled, EventCancelled, eventDetails{Reason: reasonCancelRequested})
 			case t.Idempotent && t.Attempts < t.MaxAttempts:
 				t.AvailableAt = now
-				ev, err = transition(ctx, tx, t, StatePending, EventRequeued, Details{Reason: ReasonLeaseExpired})
+				ev, err = transition(ctx, tx, t, StatePending, EventRequeued, eventDetails{Reason: ReasonLeaseExpired})
 			case t.Idempotent:
 				t.EffectUncertain = true
 				t.ErrorCode, t.ErrorMessage = ReasonLeaseExpired, "the worker's lease expired and no attempts remain"
-				ev, err = transition(ctx, tx, t, StateFailed, EventFailed, Details{Reason: ReasonLeaseExpired})
+				ev, err = transition(ctx, tx, t, StateFailed, EventFailed, eventDetails{Reason: ReasonLeaseExpired})
 			default:
 				t.EffectUncertain = true
-				ev, err = transition(ctx, tx, t, StateNeedsReview, EventNeedsReview, Details{Reason: ReasonLeaseExpired})
+				ev, err = transition(ctx, tx, t, StateNeedsReview, EventNeedsReview, eventDetails{Reason: ReasonLeaseExpired})
 			}
 			if err != nil {
 				return err
@@ -613,7 +609,7 @@ func (s *Store) ExpireLeases(ctx context.Context, batch int) ([]Event, error) {
 	return events, nil
 }
 
-// SessionAdopt moves to the session sessionID the leases a worker still
+// WorkerSessionAdopt moves to the session sessionID the leases a worker still
 // holds from an earlier connection (worker.hello with resume), so that the
 // session's pings renew them and they count against its capacity. It runs
 // in one transaction: the session row is locked, and each proof is checked
@@ -622,10 +618,10 @@ func (s *Store) ExpireLeases(ctx context.Context, batch int) ([]Event, error) {
 // attempt of the session's queue). A valid lease gets the session and a
 // lease_until of now + leaseDuration; an invalid one is skipped and keeps
 // answering TASK_LEASE_LOST. A repeated attempt is adopted once, and no
-// lease is adopted beyond the session's capacity. SessionAdopt returns the
+// lease is adopted beyond the session's capacity. WorkerSessionAdopt returns the
 // attempt ids adopted, in the order of proofs; a closed session adopts
 // nothing. The proofs' QueueID is ignored: the session's queue applies.
-func (s *Store) SessionAdopt(ctx context.Context, sessionID string, proofs []Proof, leaseDuration time.Duration) ([]string, error) {
+func (s *Store) WorkerSessionAdopt(ctx context.Context, sessionID string, proofs []Proof, leaseDuration time.Duration) ([]string, error) {
 	var adopted []string
 	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
 		adopted = nil
@@ -669,7 +665,7 @@ func (s *Store) SessionAdopt(ctx context.Context, sessionID string, proofs []Pro
 // the task's current, running lease, as Complete would accept it.
 func adoptable(ctx context.Context, tx *sql.Tx, p *Proof) (bool, error) {
 	a, err := attemptLock(ctx, tx, p)
-	if errors.Is(err, ErrLeaseLost) {
+	if errors.Is(err, errLeaseLost) {
 		return false, nil
 	}
 	if err != nil {

@@ -15,11 +15,11 @@ func leaseOne(t *testing.T, f *fixture, idempotent bool, maxAttempts int) Assign
 	t.Helper()
 	ctx := context.Background()
 	f.submit(t, f.queues[0], 1, idempotent, maxAttempts)
-	session, err := f.store.SessionOpen(ctx, &SessionOpenParams{QueueID: f.queues[0], CredentialID: f.worker, Capacity: 1})
+	session, err := f.store.WorkerSessionOpen(ctx, &WorkerSessionOpenParams{QueueID: f.queues[0], CredentialID: f.worker, Capacity: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := f.store.Lease(ctx, session, f.grant(f.queues[0]), time.Minute)
+	got, err := f.store.AttemptLease(ctx, session, f.grant(f.queues[0]), time.Minute)
 	if err != nil || len(got) != 1 {
 		t.Fatalf("lease: %v, %d assignments", err, len(got))
 	}
@@ -51,7 +51,7 @@ func TestT2_CancelRequestedSurvivesAnExpiredLease(t *testing.T) {
 	if _, err := f.db.Exec(`UPDATE task_attempts SET lease_until = ? WHERE id = ?`, db.Now().Add(-time.Second), a.AttemptID); err != nil {
 		t.Fatal(err)
 	}
-	events, err := f.store.ExpireLeases(context.Background(), 10)
+	events, err := f.store.attemptRecover(context.Background(), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestT7_FailedAfterCancelRequestIsNotRetried(t *testing.T) {
 	f := setup(t, 1)
 	a := leaseOne(t, f, true, 3)
 	requestCancel(t, f, a.Task.ID)
-	_, ev, err := f.store.Complete(context.Background(), &CompleteParams{
+	_, ev, err := f.store.AttemptComplete(context.Background(), &AttemptCompleteParams{
 		Grant:   f.grant(a.Task.QueueID),
 		Proof:   Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 		Outcome: OutcomeFailed, ErrorCode: "E", ErrorMessage: "stopped",
@@ -84,7 +84,7 @@ func TestT7_FailedIdempotentTaskIsRetriedAfterBackoff(t *testing.T) {
 	f := setup(t, 1)
 	a := leaseOne(t, f, true, 3)
 	before := db.Now()
-	_, ev, err := f.store.Complete(context.Background(), &CompleteParams{
+	_, ev, err := f.store.AttemptComplete(context.Background(), &AttemptCompleteParams{
 		Grant:   f.grant(a.Task.QueueID),
 		Proof:   Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 		Outcome: OutcomeFailed, ErrorCode: "E", ErrorMessage: "boom",
@@ -103,27 +103,27 @@ func TestT5_CompleteIsIdempotentByProof(t *testing.T) {
 	f := setup(t, 1)
 	a := leaseOne(t, f, false, 1)
 	ctx := context.Background()
-	p := &CompleteParams{
+	p := &AttemptCompleteParams{
 		Grant:   f.grant(a.Task.QueueID),
 		Proof:   Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 		Outcome: OutcomeSucceeded, Result: []byte(`{"n":12345678901234567890}`),
 	}
-	first, ev, err := f.store.Complete(ctx, p)
+	first, ev, err := f.store.AttemptComplete(ctx, p)
 	if err != nil || first.Deduplicated || ev == nil {
 		t.Fatalf("first: %+v %v %v", first, ev, err)
 	}
-	again, ev2, err := f.store.Complete(ctx, p)
+	again, ev2, err := f.store.AttemptComplete(ctx, p)
 	if err != nil || !again.Deduplicated || ev2 != nil || again.Revision != first.Revision || again.State != StateSucceeded {
 		t.Fatalf("repeat: %+v event %v err %v; want the original with deduplicated", again, ev2, err)
 	}
 	wrong := *p
 	wrong.LeaseSecret = "x" + p.LeaseSecret[1:]
-	if _, _, err := f.store.Complete(ctx, &wrong); err == nil || err.Error() != "tasks: complete: "+ErrLeaseLost.Error() {
+	if _, _, err := f.store.AttemptComplete(ctx, &wrong); err == nil || err.Error() != "tasks: complete: "+errLeaseLost.Error() {
 		t.Fatalf("wrong secret: %v, want the lease-lost error", err)
 	}
 	stale := *p
 	stale.Epoch++
-	if _, _, err := f.store.Complete(ctx, &stale); err == nil {
+	if _, _, err := f.store.AttemptComplete(ctx, &stale); err == nil {
 		t.Fatal("a wrong epoch must be refused")
 	}
 	if got := taskState(t, f, a.Task.ID); got.Revision != uint64(first.Revision) {
@@ -153,7 +153,7 @@ func TestT6_LeaseExpiryPaths(t *testing.T) {
 			if _, err := f.db.Exec(`UPDATE task_attempts SET lease_until = ? WHERE id = ?`, db.Now().Add(-time.Second), a.AttemptID); err != nil {
 				t.Fatal(err)
 			}
-			events, err := f.store.ExpireLeases(context.Background(), 10)
+			events, err := f.store.attemptRecover(context.Background(), 10)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -165,7 +165,7 @@ func TestT6_LeaseExpiryPaths(t *testing.T) {
 				t.Fatalf("details %s", events[0].Details)
 			}
 			// The expired proof can no longer complete.
-			_, _, err = f.store.Complete(context.Background(), &CompleteParams{
+			_, _, err = f.store.AttemptComplete(context.Background(), &AttemptCompleteParams{
 				Grant:   f.grant(a.Task.QueueID),
 				Proof:   Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 				Outcome: OutcomeSucceeded,
@@ -187,12 +187,12 @@ func TestT4_LeaseUnsentIsReleasedWithoutCountingTheAttempt(t *testing.T) {
 	ctx := context.Background()
 	a := leaseOne(t, f, false, 1)
 	before := db.Now()
-	ev, err := f.store.LeaseUnsent(ctx, &a, time.Minute)
+	ev, err := f.store.AttemptUnsent(ctx, &a, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev == nil || ev.Type != EventRequeued || !strings.Contains(string(ev.Details), `"reason":"`+ReasonAssignNotSent+`"`) {
-		t.Fatalf("event %+v, want task.requeued with %s", ev, ReasonAssignNotSent)
+	if ev == nil || ev.Type != EventRequeued || !strings.Contains(string(ev.Details), `"reason":"`+reasonAssignNotSent+`"`) {
+		t.Fatalf("event %+v, want task.requeued with %s", ev, reasonAssignNotSent)
 	}
 	got := taskState(t, f, a.Task.ID)
 	if got.State != StatePending || got.Attempts != 0 || got.EffectUncertain {
@@ -208,8 +208,8 @@ func TestT4_LeaseUnsentIsReleasedWithoutCountingTheAttempt(t *testing.T) {
 	if state != AttemptReleased {
 		t.Errorf("attempt %s, want %s", state, AttemptReleased)
 	}
-	if ev, err := f.store.LeaseUnsent(ctx, &a, time.Minute); err != nil || ev != nil {
-		t.Errorf("second LeaseUnsent = %v, %v; want nothing, nil", ev, err)
+	if ev, err := f.store.AttemptUnsent(ctx, &a, time.Minute); err != nil || ev != nil {
+		t.Errorf("second AttemptUnsent = %v, %v; want nothing, nil", ev, err)
 	}
 	if n := eventCount(t, f, a.Task.ID); n != 1 {
 		t.Errorf("%d events, want 1", n)

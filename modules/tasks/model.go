@@ -32,21 +32,21 @@ var ResultTypes = []string{EventCancelled, EventFailed, EventNeedsReview, EventS
 
 // Reasons recorded in event details.
 const (
-	ReasonCancelRequested = "CANCEL_REQUESTED"
+	reasonCancelRequested = "CANCEL_REQUESTED"
 	ReasonWorkerCancelled = "WORKER_CANCELLED"
 	ReasonLeaseExpired    = "LEASE_EXPIRED"
-	ReasonAttemptFailed   = "ATTEMPT_FAILED"
-	ReasonCompleted       = "COMPLETED"
-	ReasonWorkerReview    = "WORKER_REPORTED"
-	ReasonReleased        = "WORKER_RELEASED"
-	ReasonAssignNotSent   = "ASSIGN_NOT_SENT"
-	ReasonReviewRequeue   = "REVIEW_REQUEUE"
-	ReasonReviewResolved  = "REVIEW_RESOLVED"
+	reasonAttemptFailed   = "ATTEMPT_FAILED"
+	reasonCompleted       = "COMPLETED"
+	reasonWorkerReview    = "WORKER_REPORTED"
+	reasonReleased        = "WORKER_RELEASED"
+	reasonAssignNotSent   = "ASSIGN_NOT_SENT"
+	reasonReviewRequeue   = "REVIEW_REQUEUE"
+	reasonReviewResolved  = "REVIEW_RESOLVED"
 )
 
-// IsFinal reports whether a state is final (NEEDS_REVIEW is final until a
+// isFinal reports whether a state is final (NEEDS_REVIEW is final until a
 // review acts on it).
-func IsFinal(state string) bool {
+func isFinal(state string) bool {
 	switch state {
 	case StateSucceeded, StateFailed, StateCancelled, StateNeedsReview:
 		return true
@@ -105,9 +105,9 @@ type TaskView struct {
 	FinishedAt       string          `json:"finished_at,omitempty"`
 }
 
-// View returns the wire form of t; the input is included only when
+// view returns the wire form of t; the input is included only when
 // withInput is set.
-func (t *Task) View(withInput bool) TaskView {
+func (t *Task) view(withInput bool) TaskView {
 	v := TaskView{
 		ID: t.ID, QueueID: t.QueueID, State: t.State, Revision: httpx.Uint64(t.Revision),
 		Idempotent: t.Idempotent, MaxAttempts: t.MaxAttempts, Attempts: t.Attempts,
@@ -127,8 +127,8 @@ func (t *Task) View(withInput bool) TaskView {
 	return v
 }
 
-// Snapshot is the immutable task snapshot carried by an event (seed 001 §6).
-type Snapshot struct {
+// taskSnapshot is the immutable task snapshot carried by an event (seed 001 §6).
+type taskSnapshot struct {
 	SchemaVersion    int             `json:"schema_version"`
 	TaskID           string          `json:"task_id"`
 	QueueID          string          `json:"queue_id"`
@@ -139,8 +139,8 @@ type Snapshot struct {
 	CurrentAttemptID string          `json:"current_attempt_id,omitempty"`
 }
 
-// Details is the metadata of an event: never the task input or a secret.
-type Details struct {
+// eventDetails is the metadata of an event: never the task input or a secret.
+type eventDetails struct {
 	State  string `json:"state"`
 	Reason string `json:"reason"`
 	// ErrorCode is the code a worker or reviewer gave for a failure.

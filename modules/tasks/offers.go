@@ -22,18 +22,18 @@ func (s *Store) StreamGet(ctx context.Context, q Querier, queueID string) (Strea
 
 // StreamHeads returns the committed heads of the given queues' logs.
 func (s *Store) StreamHeads(ctx context.Context, q Querier, queueIDs []string) (map[string]uint64, error) {
-	return StreamHeads(ctx, q, queueIDs)
+	return streamHeads(ctx, q, queueIDs)
 }
 
 // EventScan returns up to limit events of a queue after a sequence, without
 // their bodies.
 func (s *Store) EventScan(ctx context.Context, q Querier, queueID string, after uint64, limit int) ([]EventRef, error) {
-	return EventScan(ctx, q, queueID, after, limit)
+	return eventScan(ctx, q, queueID, after, limit)
 }
 
 // EventsBySequence returns the events of a queue at the given sequences.
 func (s *Store) EventsBySequence(ctx context.Context, q Querier, queueID string, sequences []uint64) (map[uint64]Event, error) {
-	return EventsBySequence(ctx, q, queueID, sequences)
+	return eventsBySequence(ctx, q, queueID, sequences)
 }
 
 // EventGet returns one event by id within a queue, or sql.ErrNoRows.
@@ -71,44 +71,44 @@ func (m *Module) Appended() <-chan struct{} { return m.store.Appended() }
 
 // Task leases, used by the workers module.
 
-// SessionOpen: see Store.SessionOpen.
-func (m *Module) SessionOpen(ctx context.Context, p *SessionOpenParams) (string, error) {
-	return m.store.SessionOpen(ctx, p)
+// WorkerSessionOpen: see Store.WorkerSessionOpen.
+func (m *Module) WorkerSessionOpen(ctx context.Context, p *WorkerSessionOpenParams) (string, error) {
+	return m.store.WorkerSessionOpen(ctx, p)
 }
 
-// SessionClose: see Store.SessionClose.
-func (m *Module) SessionClose(ctx context.Context, sessionID string) error {
-	return m.store.SessionClose(ctx, sessionID)
+// WorkerSessionClose: see Store.WorkerSessionClose.
+func (m *Module) WorkerSessionClose(ctx context.Context, sessionID string) error {
+	return m.store.WorkerSessionClose(ctx, sessionID)
 }
 
-// SessionAdopt: see Store.SessionAdopt.
-func (m *Module) SessionAdopt(ctx context.Context, sessionID string, proofs []Proof, leaseDuration time.Duration) ([]string, error) {
-	return m.store.SessionAdopt(ctx, sessionID, proofs, leaseDuration)
+// WorkerSessionAdopt: see Store.WorkerSessionAdopt.
+func (m *Module) WorkerSessionAdopt(ctx context.Context, sessionID string, proofs []Proof, leaseDuration time.Duration) ([]string, error) {
+	return m.store.WorkerSessionAdopt(ctx, sessionID, proofs, leaseDuration)
 }
 
-// Lease: see Store.Lease.
-func (m *Module) Lease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]Assignment, error) {
-	return m.store.Lease(ctx, sessionID, grant, leaseDuration)
+// AttemptLease: see Store.AttemptLease.
+func (m *Module) AttemptLease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]Assignment, error) {
+	return m.store.AttemptLease(ctx, sessionID, grant, leaseDuration)
 }
 
-// CompleteBatch: see Store.CompleteBatch.
-func (m *Module) CompleteBatch(ctx context.Context, completions []*CompleteParams) ([]CompleteOutcome, error) {
-	return m.store.CompleteBatch(ctx, completions)
+// AttemptCompleteBatch: see Store.AttemptCompleteBatch.
+func (m *Module) AttemptCompleteBatch(ctx context.Context, completions []*AttemptCompleteParams) ([]CompleteOutcome, error) {
+	return m.store.AttemptCompleteBatch(ctx, completions)
 }
 
-// Release: see Store.Release.
-func (m *Module) Release(ctx context.Context, p *Proof, reason string) (*Event, error) {
-	return m.store.Release(ctx, p, reason)
+// AttemptRelease: see Store.AttemptRelease.
+func (m *Module) AttemptRelease(ctx context.Context, p *Proof, reason string) (*Event, error) {
+	return m.store.AttemptRelease(ctx, p, reason)
 }
 
-// LeaseUnsent: see Store.LeaseUnsent.
-func (m *Module) LeaseUnsent(ctx context.Context, a *Assignment, delay time.Duration) (*Event, error) {
-	return m.store.LeaseUnsent(ctx, a, delay)
+// AttemptUnsent: see Store.AttemptUnsent.
+func (m *Module) AttemptUnsent(ctx context.Context, a *Assignment, delay time.Duration) (*Event, error) {
+	return m.store.AttemptUnsent(ctx, a, delay)
 }
 
-// Renew: see Store.Renew.
-func (m *Module) Renew(ctx context.Context, sessionID string, leaseDuration time.Duration) (int, error) {
-	return m.store.Renew(ctx, sessionID, leaseDuration)
+// AttemptRenew: see Store.AttemptRenew.
+func (m *Module) AttemptRenew(ctx context.Context, sessionID string, leaseDuration time.Duration) (int, error) {
+	return m.store.AttemptRenew(ctx, sessionID, leaseDuration)
 }
 
 // CancelRequestList: see Store.CancelRequestList.

@@ -20,11 +20,11 @@ func TestT5_RenewSurvivesADeadlock(t *testing.T) {
 	f := setup(t, 1)
 	ctx := context.Background()
 	f.submit(t, f.queues[0], 2, true, 3)
-	session, err := f.store.SessionOpen(ctx, &SessionOpenParams{QueueID: f.queues[0], CredentialID: f.worker, Capacity: 2})
+	session, err := f.store.WorkerSessionOpen(ctx, &WorkerSessionOpenParams{QueueID: f.queues[0], CredentialID: f.worker, Capacity: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leased, err := f.store.Lease(ctx, session, f.grant(f.queues[0]), time.Minute)
+	leased, err := f.store.AttemptLease(ctx, session, f.grant(f.queues[0]), time.Minute)
 	if err != nil || len(leased) != 2 {
 		t.Fatalf("lease: %v, %d assignments", err, len(leased))
 	}
@@ -53,12 +53,12 @@ func TestT5_RenewSurvivesADeadlock(t *testing.T) {
 	}
 	done := make(chan renewal, 1)
 	go func() {
-		n, err := f.store.Renew(ctx, session, time.Minute)
+		n, err := f.store.AttemptRenew(ctx, session, time.Minute)
 		done <- renewal{n, err}
 	}()
 	if !waitForBlockedRenewal(t, f.db, done) {
 		r := <-done
-		t.Fatalf("Renew returned %d, %v without waiting for the other transaction", r.n, r.err)
+		t.Fatalf("AttemptRenew returned %d, %v without waiting for the other transaction", r.n, r.err)
 	}
 	if _, err := other.ExecContext(ctx, `UPDATE task_attempts SET lease_until = lease_until + INTERVAL 1 SECOND WHERE id = ?`, attempts[0]); err != nil {
 		t.Fatalf("the heavier transaction lost the deadlock: %v", err)
@@ -69,10 +69,10 @@ func TestT5_RenewSurvivesADeadlock(t *testing.T) {
 	select {
 	case r := <-done:
 		if r.err != nil || r.n != 2 {
-			t.Fatalf("Renew = %d, %v; want 2 leases renewed", r.n, r.err)
+			t.Fatalf("AttemptRenew = %d, %v; want 2 leases renewed", r.n, r.err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("Renew did not return")
+		t.Fatal("AttemptRenew did not return")
 	}
 }
 

@@ -24,7 +24,7 @@ import (
 
 // appendEvent appends one event for t (already updated to its new state) to
 // its queue's log inside tx and returns the event.
-func appendEvent(ctx context.Context, tx *sql.Tx, t *Task, eventType string, details Details, now time.Time) (Event, error) {
+func appendEvent(ctx context.Context, tx *sql.Tx, t *Task, eventType string, details eventDetails, now time.Time) (Event, error) {
 	// LAST_INSERT_ID(expr) hands the new head back in the statement's own
 	// reply, so reading it costs no second round trip.
 	res, err := tx.ExecContext(ctx, `
@@ -39,7 +39,7 @@ func appendEvent(ctx context.Context, tx *sql.Tx, t *Task, eventType string, det
 		return Event{}, fmt.Errorf("tasks: read log head: %d, %v", head, err)
 	}
 	seq := uint64(head)
-	snapshot, err := json.Marshal(Snapshot{
+	snapshot, err := json.Marshal(taskSnapshot{
 		SchemaVersion: 1, TaskID: t.ID, QueueID: t.QueueID, State: t.State,
 		Revision: httpx.Uint64(t.Revision), EffectUncertain: t.EffectUncertain,
 		Result: t.Result, CurrentAttemptID: t.CurrentAttemptID,
@@ -87,9 +87,9 @@ func StreamGet(ctx context.Context, q Querier, queueID string) (Stream, error) {
 	return s, nil
 }
 
-// StreamHeads returns the committed heads of the given queues' logs, keyed
+// streamHeads returns the committed heads of the given queues' logs, keyed
 // by queue; a queue that never logged anything is absent.
-func StreamHeads(ctx context.Context, q Querier, queueIDs []string) (map[string]uint64, error) {
+func streamHeads(ctx context.Context, q Querier, queueIDs []string) (map[string]uint64, error) {
 	out := make(map[string]uint64, len(queueIDs))
 	if len(queueIDs) == 0 {
 		return out, nil
@@ -157,10 +157,10 @@ type EventRef struct {
 	Type     string
 }
 
-// EventScan returns up to limit events of a queue with sequence > after, in
+// eventScan returns up to limit events of a queue with sequence > after, in
 // sequence order, without their bodies; like EventListAfter, it returns
 // only committed events.
-func EventScan(ctx context.Context, q Querier, queueID string, after uint64, limit int) ([]EventRef, error) {
+func eventScan(ctx context.Context, q Querier, queueID string, after uint64, limit int) ([]EventRef, error) {
 	rows, err := q.QueryContext(ctx, `SELECT sequence, id, type FROM result_events
 		WHERE queue_id = ? AND sequence > ? ORDER BY sequence LIMIT ?`, queueID, after, limit)
 	if err != nil {
@@ -181,9 +181,9 @@ func EventScan(ctx context.Context, q Querier, queueID string, after uint64, lim
 	return out, nil
 }
 
-// EventsBySequence returns the events of a queue at the given sequences,
+// eventsBySequence returns the events of a queue at the given sequences,
 // keyed by sequence, in one statement; purged sequences are absent.
-func EventsBySequence(ctx context.Context, q Querier, queueID string, sequences []uint64) (map[uint64]Event, error) {
+func eventsBySequence(ctx context.Context, q Querier, queueID string, sequences []uint64) (map[uint64]Event, error) {
 	out := make(map[uint64]Event, len(sequences))
 	if len(sequences) == 0 {
 		return out, nil
@@ -261,11 +261,23 @@ type RetentionHold interface {
 	RetentionHeld(ctx context.Context, q Querier, queueID string, from, to uint64) (uint64, error)
 }
 
-// RetentionPurge deletes, from the bottom of a queue's log, up to batch
-// events older than cutoff, stopping at the first event that is younger or
-// that one of holds keeps, and records the new retention mark. It returns
-// how many events it deleted.
-func RetentionPurge(ctx context.Context, pool *sql.DB, queueID string, cutoff time.Time, batch int, holds ...RetentionHold) (int, error) {
+// EventPurgeParams describe one retention purge of a queue's log.
+type EventPurgeParams struct {
+	QueueID string
+	// Cutoff is the age limit: only events that occurred before it go.
+	Cutoff time.Time
+	// Batch is the most events one purge deletes.
+	Batch int
+	// Holds are asked, in order, which events must be kept.
+	Holds []RetentionHold
+}
+
+// EventPurge deletes, from the bottom of a queue's log, up to p.Batch
+// events older than p.Cutoff, stopping at the first event that is younger
+// or that one of p.Holds keeps, and records the new retention mark. It
+// returns how many events it deleted.
+func EventPurge(ctx context.Context, pool *sql.DB, p *EventPurgeParams) (int, error) {
+	queueID, cutoff, batch, holds := p.QueueID, p.Cutoff, p.Batch, p.Holds
 	deleted := 0
 	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
 		deleted = 0
@@ -327,8 +339,8 @@ func RetentionPurge(ctx context.Context, pool *sql.DB, queueID string, cutoff ti
 	return deleted, nil
 }
 
-// StreamQueues returns the ids of every queue that has a log.
-func StreamQueues(ctx context.Context, pool *sql.DB) ([]string, error) {
+// streamQueues returns the ids of every queue that has a log.
+func streamQueues(ctx context.Context, pool *sql.DB) ([]string, error) {
 	ids, err := db.QueryStrings(ctx, pool, `SELECT queue_id FROM queue_streams ORDER BY queue_id`)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: list streams: %w", err)

@@ -126,19 +126,19 @@ func completeAll(t *testing.T, f *fixture, queue string, workers, total int) {
 		go func() {
 			defer wg.Done()
 			ctx := context.Background()
-			session, err := f.store.SessionOpen(ctx, &SessionOpenParams{QueueID: queue, CredentialID: f.worker, Capacity: 1})
+			session, err := f.store.WorkerSessionOpen(ctx, &WorkerSessionOpenParams{QueueID: queue, CredentialID: f.worker, Capacity: 1})
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			for completed.Load() < int64(total) {
-				assigned, err := f.store.Lease(ctx, session, f.grant(queue), time.Minute)
+				assigned, err := f.store.AttemptLease(ctx, session, f.grant(queue), time.Minute)
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				for _, a := range assigned {
-					_, _, err := f.store.Complete(ctx, &CompleteParams{
+					_, _, err := f.store.AttemptComplete(ctx, &AttemptCompleteParams{
 						Grant:   f.grant(a.Task.QueueID),
 						Proof:   Proof{TaskID: a.Task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 						Outcome: OutcomeSucceeded, Result: []byte(`{"ok":true}`),
@@ -263,7 +263,7 @@ func TestT11_RetentionPurgesFromTheBottomAndRecordsTheMark(t *testing.T) {
 	// Sequence 2 is held, as if a subscription still had a live delivery;
 	// a second hold that keeps nothing does not change that.
 	cutoff := db.Now().Add(-7 * 24 * time.Hour)
-	n, err := RetentionPurge(ctx, f.db, q, cutoff, 100, holdFrom(0), holdFrom(2))
+	n, err := EventPurge(ctx, f.db, &EventPurgeParams{QueueID: q, Cutoff: cutoff, Batch: 100, Holds: []RetentionHold{holdFrom(0), holdFrom(2)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestT11_RetentionPurgesFromTheBottomAndRecordsTheMark(t *testing.T) {
 	if s.RetentionMark != 2 {
 		t.Fatalf("retention mark = %d, want 2", s.RetentionMark)
 	}
-	n, err = RetentionPurge(ctx, f.db, q, cutoff, 100)
+	n, err = EventPurge(ctx, f.db, &EventPurgeParams{QueueID: q, Cutoff: cutoff, Batch: 100})
 	if err != nil || n != 2 {
 		t.Fatalf("second purge: n=%d err=%v, want 2 events", n, err)
 	}

@@ -47,7 +47,7 @@ func TestStoreAnnouncesItsOwnCommits(t *testing.T) {
 			}
 			seen <- s.Head
 		}()
-		if _, _, err := f.store.Complete(ctx, &CompleteParams{Proof: proofOf(a), Grant: f.grant(f.queues[0]), Outcome: OutcomeSucceeded}); err != nil {
+		if _, _, err := f.store.AttemptComplete(ctx, &AttemptCompleteParams{Proof: proofOf(a), Grant: f.grant(f.queues[0]), Outcome: OutcomeSucceeded}); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -68,7 +68,7 @@ func TestStoreAnnouncesItsOwnCommits(t *testing.T) {
 		f := setup(t, 1)
 		a := leaseOne(t, f, true, 3)
 		appended, submitted := f.store.Appended(), f.store.Submitted()
-		_, ev, err := f.store.Complete(ctx, &CompleteParams{Proof: proofOf(a), Grant: f.grant(f.queues[0]), Outcome: OutcomeFailed, ErrorCode: "E"})
+		_, ev, err := f.store.AttemptComplete(ctx, &AttemptCompleteParams{Proof: proofOf(a), Grant: f.grant(f.queues[0]), Outcome: OutcomeFailed, ErrorCode: "E"})
 		if err != nil || ev == nil || ev.Type != EventRequeued {
 			t.Fatalf("complete: %v, %+v; want task.requeued", err, ev)
 		}
@@ -82,26 +82,26 @@ func TestStoreAnnouncesItsOwnCommits(t *testing.T) {
 		f := setup(t, 1)
 		a := leaseOne(t, f, true, 3)
 		appended, submitted := f.store.Appended(), f.store.Submitted()
-		if _, err := f.store.Release(ctx, proofPtr(a), "not started"); err != nil {
+		if _, err := f.store.AttemptRelease(ctx, proofPtr(a), "not started"); err != nil {
 			t.Fatal(err)
 		}
 		if !closed(appended) || !closed(submitted) {
 			t.Fatal("a release did not wake appended and submitted")
 		}
 		// The released task is leased again and its lease runs out.
-		session, err := f.store.SessionOpen(ctx, &SessionOpenParams{QueueID: f.queues[0], CredentialID: f.worker, Capacity: 1})
+		session, err := f.store.WorkerSessionOpen(ctx, &WorkerSessionOpenParams{QueueID: f.queues[0], CredentialID: f.worker, Capacity: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := f.db.Exec(`UPDATE tasks SET available_at = ? WHERE id = ?`, time.Now().Add(-time.Hour), a.Task.ID); err != nil {
 			t.Fatal(err)
 		}
-		again, err := f.store.Lease(ctx, session, f.grant(f.queues[0]), -time.Second)
+		again, err := f.store.AttemptLease(ctx, session, f.grant(f.queues[0]), -time.Second)
 		if err != nil || len(again) != 1 {
 			t.Fatalf("lease again: %v, %d", err, len(again))
 		}
 		appended, submitted = f.store.Appended(), f.store.Submitted()
-		if events, err := f.store.ExpireLeases(ctx, 10); err != nil || len(events) != 1 {
+		if events, err := f.store.attemptRecover(ctx, 10); err != nil || len(events) != 1 {
 			t.Fatalf("expire: %v, %d events", err, len(events))
 		}
 		if !closed(appended) || !closed(submitted) {
@@ -116,7 +116,7 @@ func TestStoreAnnouncesItsOwnCommits(t *testing.T) {
 		appended := f.store.Appended()
 		lost := proofOf(a)
 		lost.LeaseSecret = "wrong"
-		if _, _, err := f.store.Complete(ctx, &CompleteParams{Proof: lost, Grant: f.grant(f.queues[0]), Outcome: OutcomeSucceeded}); !errors.Is(err, ErrLeaseLost) {
+		if _, _, err := f.store.AttemptComplete(ctx, &AttemptCompleteParams{Proof: lost, Grant: f.grant(f.queues[0]), Outcome: OutcomeSucceeded}); !errors.Is(err, errLeaseLost) {
 			t.Fatalf("complete with a wrong secret: %v, want TASK_LEASE_LOST", err)
 		}
 		if closed(appended) {

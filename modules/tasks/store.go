@@ -43,8 +43,8 @@ func NewStore(pool *sql.DB, grants auth.GrantChecker, backoffMin, backoffMax tim
 	}}
 }
 
-// DB returns the store's pool.
-func (s *Store) DB() *sql.DB { return s.db }
+// pool returns the store's pool.
+func (s *Store) pool() *sql.DB { return s.db }
 
 // Appended returns a channel closed after the next commit on this node that
 // appends to a result log. Take it before reading the log, then wait on it,
@@ -206,12 +206,12 @@ func taskSave(ctx context.Context, tx *sql.Tx, t *Task) error {
 
 // transition moves t to state, bumps its revision and, for a result or a
 // requeue, appends the matching event. It saves t.
-func transition(ctx context.Context, tx *sql.Tx, t *Task, state, eventType string, details Details) (*Event, error) {
+func transition(ctx context.Context, tx *sql.Tx, t *Task, state, eventType string, details eventDetails) (*Event, error) {
 	now := db.Now()
 	t.State = state
 	t.Revision++
 	t.UpdatedAt = now
-	if IsFinal(state) {
+	if isFinal(state) {
 		t.FinishedAt = &now
 	} else {
 		t.FinishedAt = nil
@@ -230,17 +230,17 @@ func transition(ctx context.Context, tx *sql.Tx, t *Task, state, eventType strin
 	return &ev, nil
 }
 
-// TaskListParams filter and page a queue's tasks, newest first.
-type TaskListParams struct {
+// taskListParams filter and page a queue's tasks, newest first.
+type taskListParams struct {
 	QueueID string
 	State   string
 	Limit   int
 	After   *httpx.Cursor
 }
 
-// TaskList returns up to p.Limit+1 tasks so the caller can tell whether
+// taskList returns up to p.Limit+1 tasks so the caller can tell whether
 // another page exists.
-func TaskList(ctx context.Context, q Querier, p *TaskListParams) ([]*Task, error) {
+func taskList(ctx context.Context, q Querier, p *taskListParams) ([]*Task, error) {
 	query := `SELECT ` + taskColumns + ` FROM tasks WHERE queue_id = ?`
 	args := []any{p.QueueID}
 	if p.State != "" {
@@ -285,7 +285,7 @@ func TaskCancel(ctx context.Context, tx *sql.Tx, id, reason string) (*Task, *Eve
 	}
 	switch t.State {
 	case StatePending:
-		ev, err := transition(ctx, tx, t, StateCancelled, EventCancelled, Details{Reason: ReasonCancelRequested})
+		ev, err := transition(ctx, tx, t, StateCancelled, EventCancelled, eventDetails{Reason: reasonCancelRequested})
 		return t, ev, err
 	case StateRunning:
 		if !t.CancelRequested {
@@ -302,9 +302,9 @@ func TaskCancel(ctx context.Context, tx *sql.Tx, id, reason string) (*Task, *Eve
 
 // Review resolutions.
 const (
-	ResolutionRequeue   = "requeue"
+	resolutionRequeue   = "requeue"
 	ResolutionSucceeded = "succeeded"
-	ResolutionFailed    = "failed"
+	resolutionFailed    = "failed"
 )
 
 // TaskReviewParams describe a review of a NEEDS_REVIEW task.
@@ -333,7 +333,7 @@ func TaskReview(ctx context.Context, tx *sql.Tx, p *TaskReviewParams) (*Task, *E
 	}
 	var ev *Event
 	switch p.Resolution {
-	case ResolutionRequeue:
+	case resolutionRequeue:
 		if t.Attempts >= t.MaxAttempts {
 			t.MaxAttempts = t.Attempts + 1
 		}
@@ -341,16 +341,16 @@ func TaskReview(ctx context.Context, tx *sql.Tx, p *TaskReviewParams) (*Task, *E
 		t.CancelRequested = false
 		t.Result, t.ErrorCode, t.ErrorMessage = nil, "", ""
 		t.AvailableAt = db.Now()
-		ev, err = transition(ctx, tx, t, StatePending, EventRequeued, Details{Reason: ReasonReviewRequeue})
+		ev, err = transition(ctx, tx, t, StatePending, EventRequeued, eventDetails{Reason: reasonReviewRequeue})
 	case ResolutionSucceeded:
 		t.Result, t.ErrorCode, t.ErrorMessage = p.Result, "", ""
-		ev, err = transition(ctx, tx, t, StateSucceeded, EventSucceeded, Details{Reason: ReasonReviewResolved})
-	case ResolutionFailed:
+		ev, err = transition(ctx, tx, t, StateSucceeded, EventSucceeded, eventDetails{Reason: reasonReviewResolved})
+	case resolutionFailed:
 		t.ErrorCode, t.ErrorMessage = "REVIEW_FAILED", p.Reason
 		if p.Result != nil {
 			t.Result = p.Result
 		}
-		ev, err = transition(ctx, tx, t, StateFailed, EventFailed, Details{Reason: ReasonReviewResolved, ErrorCode: "REVIEW_FAILED"})
+		ev, err = transition(ctx, tx, t, StateFailed, EventFailed, eventDetails{Reason: reasonReviewResolved, ErrorCode: "REVIEW_FAILED"})
 	default:
 		return nil, nil, httpx.Errorf(httpx.CodeInvalidArgument, "resolution must be requeue, succeeded or failed")
 	}

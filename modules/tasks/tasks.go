@@ -23,13 +23,13 @@ func init() { modules.Register(&Module{}) }
 
 // Defaults of the tasks section.
 const (
-	DefaultRetention         = 7 * 24 * time.Hour
-	DefaultRetentionInterval = time.Minute
-	DefaultRetentionBatch    = 1000
-	DefaultSweepInterval     = time.Second
-	DefaultSweepBatch        = 100
-	DefaultRetryBackoffMin   = time.Second
-	DefaultRetryBackoffMax   = time.Minute
+	defaultRetention         = 7 * 24 * time.Hour
+	defaultRetentionInterval = time.Minute
+	defaultRetentionBatch    = 1000
+	defaultSweepInterval     = time.Second
+	defaultSweepBatch        = 100
+	defaultRetryBackoffMin   = time.Second
+	defaultRetryBackoffMax   = time.Minute
 )
 
 // Config is the `tasks` section.
@@ -73,9 +73,9 @@ func (*Module) OrbitModule() modules.Info {
 		Roles:    []string{"server"},
 		New: func() modules.Module {
 			return &Module{cfg: Config{
-				Retention: DefaultRetention, RetentionInterval: DefaultRetentionInterval, RetentionBatch: DefaultRetentionBatch,
-				SweepInterval: DefaultSweepInterval, SweepBatch: DefaultSweepBatch,
-				RetryBackoffMin: DefaultRetryBackoffMin, RetryBackoffMax: DefaultRetryBackoffMax,
+				Retention: defaultRetention, RetentionInterval: defaultRetentionInterval, RetentionBatch: defaultRetentionBatch,
+				SweepInterval: defaultSweepInterval, SweepBatch: defaultSweepBatch,
+				RetryBackoffMin: defaultRetryBackoffMin, RetryBackoffMax: defaultRetryBackoffMax,
 			}}
 		},
 	}
@@ -143,7 +143,7 @@ func (m *Module) Stop(ctx context.Context) error {
 // sweepLeases recovers expired leases until none is left (T-6).
 func (m *Module) sweepLeases(ctx context.Context) {
 	for ctx.Err() == nil {
-		events, err := m.store.ExpireLeases(ctx, m.cfg.SweepBatch)
+		events, err := m.store.attemptRecover(ctx, m.cfg.SweepBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				m.logger.Warn("lease sweep failed", "err", err)
@@ -161,7 +161,7 @@ func (m *Module) sweepLeases(ctx context.Context) {
 
 // sweepRetention purges old events of every queue (T-11).
 func (m *Module) sweepRetention(ctx context.Context) {
-	queues, err := StreamQueues(ctx, m.store.DB())
+	queues, err := streamQueues(ctx, m.store.pool())
 	if err != nil {
 		if ctx.Err() == nil {
 			m.logger.Warn("retention sweep failed", "err", err)
@@ -171,7 +171,7 @@ func (m *Module) sweepRetention(ctx context.Context) {
 	cutoff := db.Now().Add(-m.cfg.Retention)
 	for _, q := range queues {
 		for ctx.Err() == nil {
-			n, err := RetentionPurge(ctx, m.store.DB(), q, cutoff, m.cfg.RetentionBatch, m.holds...)
+			n, err := EventPurge(ctx, m.store.pool(), &EventPurgeParams{QueueID: q, Cutoff: cutoff, Batch: m.cfg.RetentionBatch, Holds: m.holds})
 			if err != nil {
 				if ctx.Err() == nil {
 					m.logger.Warn("retention purge failed", "queue_id", q, "err", err)

@@ -254,7 +254,7 @@ func TestT2_Cancel(t *testing.T) {
 			}
 		})
 		t.Run("WorkerStops", func(t *testing.T) {
-			e.complete(t, a, tasks.CompleteParams{Outcome: tasks.OutcomeCancelled})
+			e.complete(t, a, tasks.AttemptCompleteParams{Outcome: tasks.OutcomeCancelled})
 			wantState(t, e.task(t, c, task.ID), tasks.StateCancelled, 3)
 			events := e.events(t, c.QueueID)
 			if len(events) != 1 || events[0].Type != tasks.EventCancelled {
@@ -270,7 +270,7 @@ func TestT2_Cancel(t *testing.T) {
 		task := e.submit(t, c, submitBody(c.QueueID, `{}`))
 		a := e.lease(t, c, task.ID, time.Minute)
 		wantStatus(t, e.cancel(t, c, task.ID, `{}`), http.StatusOK)
-		e.complete(t, a, tasks.CompleteParams{Outcome: tasks.OutcomeSucceeded, Result: []byte(`{"done":true}`)})
+		e.complete(t, a, tasks.AttemptCompleteParams{Outcome: tasks.OutcomeSucceeded, Result: []byte(`{"done":true}`)})
 		wantState(t, e.task(t, c, task.ID), tasks.StateSucceeded, 3)
 		if got := e.eventTypes(t, c.QueueID); got != tasks.EventSucceeded {
 			t.Fatalf("events %s, want task.succeeded", got)
@@ -287,12 +287,12 @@ func TestT2_Cancel(t *testing.T) {
 			},
 			"Succeeded": func(t *testing.T, c servertest.Credential) tasks.TaskView {
 				task := e.submit(t, c, submitBody(c.QueueID, `{}`))
-				e.complete(t, e.lease(t, c, task.ID, time.Minute), tasks.CompleteParams{Outcome: tasks.OutcomeSucceeded, Result: []byte(`1`)})
+				e.complete(t, e.lease(t, c, task.ID, time.Minute), tasks.AttemptCompleteParams{Outcome: tasks.OutcomeSucceeded, Result: []byte(`1`)})
 				return e.task(t, c, task.ID)
 			},
 			"Failed": func(t *testing.T, c servertest.Credential) tasks.TaskView {
 				task := e.submit(t, c, submitBody(c.QueueID, `{}`))
-				e.complete(t, e.lease(t, c, task.ID, time.Minute), tasks.CompleteParams{Outcome: tasks.OutcomeFailed, ErrorCode: "E"})
+				e.complete(t, e.lease(t, c, task.ID, time.Minute), tasks.AttemptCompleteParams{Outcome: tasks.OutcomeFailed, ErrorCode: "E"})
 				return e.task(t, c, task.ID)
 			},
 			"NeedsReview": func(t *testing.T, c servertest.Credential) tasks.TaskView {

@@ -23,11 +23,11 @@ const (
 	completeTimeout = 8 * time.Second
 	// completionsPerConnection bounds the completions one connection has
 	// waiting for their commit; its request loop waits at the bound.
-	completionsPerConnection = MaxCapacity
+	completionsPerConnection = maxCapacity
 )
 
 // completeRequest is one task.complete waiting for its batch.
-type completeRequest = batch.Request[tasks.CompleteParams, tasks.CompleteOutcome]
+type completeRequest = batch.Request[tasks.AttemptCompleteParams, tasks.CompleteOutcome]
 
 // newCompleteBatcher returns the node's completion batcher.
 func (m *Module) newCompleteBatcher() *batch.Batcher[*completeRequest] {
@@ -39,6 +39,6 @@ func (m *Module) newCompleteBatcher() *batch.Batcher[*completeRequest] {
 // applyCompletions runs one batch's transaction. The tasks store wakes
 // whoever waits for what it changed after its commit, before the
 // completions are answered.
-func (m *Module) applyCompletions(ctx context.Context, params []*tasks.CompleteParams) ([]tasks.CompleteOutcome, error) {
-	return m.tasks.CompleteBatch(ctx, params)
+func (m *Module) applyCompletions(ctx context.Context, params []*tasks.AttemptCompleteParams) ([]tasks.CompleteOutcome, error) {
+	return m.tasks.AttemptCompleteBatch(ctx, params)
 }

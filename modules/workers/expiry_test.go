@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/testkit/doctest"
 	"github.com/orbitrun/orbit/modules/tasks"
 	"github.com/orbitrun/orbit/modules/workers"
@@ -50,7 +51,7 @@ func TestT6_LeaseExpiry(t *testing.T) {
 		// Renew the new lease at once, so that it cannot expire too, and
 		// show that the old proof is refused while the new lease runs.
 		wantPingAck(t, w.ping(t))
-		wantError(t, w.complete(t, completeBody{proof: a.proof(), Outcome: tasks.OutcomeSucceeded}), string(tasks.CodeTaskLeaseLost))
+		wantError(t, w.complete(t, completeBody{proof: a.proof(), Outcome: tasks.OutcomeSucceeded}), string(httpx.CodeTaskLeaseLost))
 		if ack := w.succeed(t, b); ack.State != tasks.StateSucceeded {
 			t.Fatalf("ack %+v", ack)
 		}
@@ -68,8 +69,8 @@ func TestT6_LeaseExpiry(t *testing.T) {
 			t.Fatalf("events %v, want task.requeued LEASE_EXPIRED, then task.succeeded", got)
 		}
 		// The expired lease's proof stays worthless.
-		wantError(t, w.complete(t, completeBody{proof: a.proof(), Outcome: tasks.OutcomeSucceeded}), string(tasks.CodeTaskLeaseLost))
-		wantError(t, w.Request(typeRelease, releaseBody{proof: a.proof(), Reason: "late"}), string(tasks.CodeTaskLeaseLost))
+		wantError(t, w.complete(t, completeBody{proof: a.proof(), Outcome: tasks.OutcomeSucceeded}), string(httpx.CodeTaskLeaseLost))
+		wantError(t, w.Request(typeRelease, releaseBody{proof: a.proof(), Reason: "late"}), string(httpx.CodeTaskLeaseLost))
 		if got := e.task(t, cred, id); got.Attempts != 2 || got.EffectUncertain {
 			t.Fatalf("task attempts %d uncertain %v, want 2 and false", got.Attempts, got.EffectUncertain)
 		}
@@ -89,7 +90,7 @@ func TestT6_LeaseExpiry(t *testing.T) {
 		if sum := eventSummary(evs); len(sum) != 1 || sum[0] != "task.failed/FAILED/LEASE_EXPIRED" || !evs[0].Snapshot.EffectUncertain {
 			t.Fatalf("events %v, want one task.failed LEASE_EXPIRED with effect_uncertain", sum)
 		}
-		wantError(t, w.complete(t, completeBody{proof: a.proof(), Outcome: tasks.OutcomeSucceeded}), string(tasks.CodeTaskLeaseLost))
+		wantError(t, w.complete(t, completeBody{proof: a.proof(), Outcome: tasks.OutcomeSucceeded}), string(httpx.CodeTaskLeaseLost))
 	})
 
 	t.Run("NotIdempotentNeedsReview", func(t *testing.T) {
@@ -106,7 +107,7 @@ func TestT6_LeaseExpiry(t *testing.T) {
 		if sum := eventSummary(evs); len(sum) != 1 || sum[0] != "task.needs_review/NEEDS_REVIEW/LEASE_EXPIRED" || !evs[0].Snapshot.EffectUncertain {
 			t.Fatalf("events %v, want one task.needs_review LEASE_EXPIRED with effect_uncertain", sum)
 		}
-		wantError(t, w.complete(t, completeBody{proof: a.proof(), Outcome: tasks.OutcomeSucceeded}), string(tasks.CodeTaskLeaseLost))
+		wantError(t, w.complete(t, completeBody{proof: a.proof(), Outcome: tasks.OutcomeSucceeded}), string(httpx.CodeTaskLeaseLost))
 		// Nobody leases a task in review.
 		w.ExpectNone(quiet)
 	})

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/testkit/doctest"
 	"github.com/orbitrun/orbit/internal/testkit/wstest"
 	"github.com/orbitrun/orbit/modules/tasks"
@@ -239,12 +240,12 @@ func TestT5_CompleteIdempotentByProof(t *testing.T) {
 			p := a.proof()
 			change(&p)
 			answer := w.complete(t, completeBody{proof: p, Outcome: tasks.OutcomeFailed})
-			wantError(t, answer, string(tasks.CodeTaskLeaseLost))
+			wantError(t, answer, string(httpx.CodeTaskLeaseLost))
 			if name == "Secret" {
 				doctest.Check(t, docPath, "workers-error-lease-lost", answer.Raw)
 			}
 			release := w.Request(typeRelease, releaseBody{proof: p, Reason: "not started"})
-			wantError(t, release, string(tasks.CodeTaskLeaseLost))
+			wantError(t, release, string(httpx.CodeTaskLeaseLost))
 			if got := e.task(t, e.cred, id); got.State != tasks.StateRunning || got.Revision != 2 || got.Attempts != 1 {
 				t.Fatalf("wrong %s: task %s revision %d attempts %d, want RUNNING 2 1", name, got.State, got.Revision, got.Attempts)
 			}
@@ -256,7 +257,7 @@ func TestT5_CompleteIdempotentByProof(t *testing.T) {
 	t.Run("ProofForAnotherQueue", func(t *testing.T) {
 		other := e.connect(t, e.credential(t, "other"), 1)
 		answer := other.complete(t, completeBody{proof: a.proof(), Outcome: tasks.OutcomeSucceeded})
-		wantError(t, answer, string(tasks.CodeTaskLeaseLost))
+		wantError(t, answer, string(httpx.CodeTaskLeaseLost))
 		if got := e.task(t, e.cred, id); got.State != tasks.StateRunning {
 			t.Fatalf("task %s after a proof on another queue, want RUNNING", got.State)
 		}
@@ -307,7 +308,7 @@ func TestT5_CompleteIdempotentByProof(t *testing.T) {
 	t.Run("RepeatWithWrongSecret", func(t *testing.T) {
 		p := a.proof()
 		p.LeaseSecret = otherSecret(p.LeaseSecret)
-		wantError(t, w.complete(t, completeBody{proof: p, Outcome: tasks.OutcomeSucceeded}), string(tasks.CodeTaskLeaseLost))
+		wantError(t, w.complete(t, completeBody{proof: p, Outcome: tasks.OutcomeSucceeded}), string(httpx.CodeTaskLeaseLost))
 	})
 }
 
@@ -378,12 +379,12 @@ func TestTaskRelease(t *testing.T) {
 	if again != ack {
 		t.Fatalf("second release %+v, want %+v", again, ack)
 	}
-	wantError(t, w.complete(t, completeBody{proof: a.proof(), Outcome: tasks.OutcomeSucceeded}), string(tasks.CodeTaskLeaseLost))
+	wantError(t, w.complete(t, completeBody{proof: a.proof(), Outcome: tasks.OutcomeSucceeded}), string(httpx.CodeTaskLeaseLost))
 	if got := w.succeed(t, b); got.State != tasks.StateSucceeded {
 		t.Fatalf("ack %+v", got)
 	}
 	// A completed lease cannot be released.
-	wantError(t, w.Request(typeRelease, releaseBody{proof: b.proof(), Reason: "late"}), string(tasks.CodeTaskLeaseLost))
+	wantError(t, w.Request(typeRelease, releaseBody{proof: b.proof(), Reason: "late"}), string(httpx.CodeTaskLeaseLost))
 	if got := e.task(t, e.cred, id); got.State != tasks.StateSucceeded || got.Attempts != 1 {
 		t.Fatalf("task %s attempts %d, want SUCCEEDED after 1 attempt", got.State, got.Attempts)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/testkit/doctest"
 	"github.com/orbitrun/orbit/internal/testkit/servertest"
 	"github.com/orbitrun/orbit/internal/testkit/wstest"
@@ -187,10 +188,10 @@ func TestResume_OnlyValidProofsAreAdopted(t *testing.T) {
 	}
 	// The proofs that were not adopted still cannot complete anything.
 	for _, p := range []proof{expired.proof(), released.proof(), wrongSecret, wrongEpoch, wrongTask, unknown} {
-		wantError(t, w.complete(t, completeBody{proof: p, Outcome: tasks.OutcomeSucceeded}), string(tasks.CodeTaskLeaseLost))
+		wantError(t, w.complete(t, completeBody{proof: p, Outcome: tasks.OutcomeSucceeded}), string(httpx.CodeTaskLeaseLost))
 	}
 	// A proof of another queue completes only on a session of that queue.
-	wantError(t, w.complete(t, completeBody{proof: foreignLease.proof(), Outcome: tasks.OutcomeSucceeded}), string(tasks.CodeTaskLeaseLost))
+	wantError(t, w.complete(t, completeBody{proof: foreignLease.proof(), Outcome: tasks.OutcomeSucceeded}), string(httpx.CodeTaskLeaseLost))
 	other.succeed(t, foreignLease)
 	if ack := w.succeed(t, live); ack.State != tasks.StateSucceeded || ack.Deduplicated {
 		t.Fatalf("ack %+v", ack)

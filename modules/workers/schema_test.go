@@ -9,6 +9,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/testkit/wstest"
 	"github.com/orbitrun/orbit/modules/tasks"
 )
@@ -48,7 +49,7 @@ func TestC19_FramesMatchSchema(t *testing.T) {
 	c := w.assign(t)
 	wrong := c.proof()
 	wrong.LeaseSecret = otherSecret(wrong.LeaseSecret)
-	wantError(t, w.complete(t, completeBody{proof: wrong, Outcome: tasks.OutcomeSucceeded}), string(tasks.CodeTaskLeaseLost))
+	wantError(t, w.complete(t, completeBody{proof: wrong, Outcome: tasks.OutcomeSucceeded}), string(httpx.CodeTaskLeaseLost))
 	w.succeed(t, c)
 
 	t.Run("EveryFrameValidated", func(t *testing.T) {

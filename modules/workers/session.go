@@ -33,9 +33,9 @@ const (
 // sessionCleanupTimeout bounds the database work after a connection ends.
 const sessionCleanupTimeout = 5 * time.Second
 
-// MaxResume is the largest number of lease proofs a worker.hello may carry
+// maxResume is the largest number of lease proofs a worker.hello may carry
 // in resume, as many as the largest capacity.
-const MaxResume = MaxCapacity
+const maxResume = maxCapacity
 
 type helloBody struct {
 	QueueID    *string `json:"queue_id"`
@@ -142,7 +142,7 @@ func (m *Module) connect(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), sessionCleanupTimeout)
 		defer cancel()
-		if err := m.tasks.SessionClose(ctx, s.id); err != nil {
+		if err := m.tasks.WorkerSessionClose(ctx, s.id); err != nil {
 			m.logger.Warn("close worker session", "session_id", s.id, "err", err)
 		}
 	}()
@@ -190,8 +190,8 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) (*session, error) {
 	); err != nil {
 		return fail(err)
 	}
-	if *body.Capacity < 1 || *body.Capacity > MaxCapacity {
-		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.capacity must be between 1 and %d", MaxCapacity))
+	if *body.Capacity < 1 || *body.Capacity > maxCapacity {
+		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.capacity must be between 1 and %d", maxCapacity))
 	}
 	if !httpx.ValidID(*body.QueueID) {
 		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.queue_id must be 32 lowercase hex characters"))
@@ -218,7 +218,7 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) (*session, error) {
 		return nil, nil
 	}
 	store := m.tasks
-	id, err := store.SessionOpen(c.Context(), &tasks.SessionOpenParams{
+	id, err := store.WorkerSessionOpen(c.Context(), &tasks.WorkerSessionOpenParams{
 		QueueID: *body.QueueID, CredentialID: p.CredentialID, WorkerName: name, Capacity: *body.Capacity,
 	})
 	if err != nil {
@@ -228,11 +228,11 @@ func (m *Module) hello(c *wsx.Conn, authHeader string) (*session, error) {
 	// so that its pings renew them and its dispatcher counts them.
 	resumed := []string{}
 	if len(resume) > 0 {
-		adopted, err := store.SessionAdopt(c.Context(), id, resume, m.cfg.LeaseDuration)
+		adopted, err := store.WorkerSessionAdopt(c.Context(), id, resume, m.cfg.LeaseDuration)
 		if err != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), sessionCleanupTimeout)
 			defer cancel()
-			if cerr := store.SessionClose(ctx, id); cerr != nil {
+			if cerr := store.WorkerSessionClose(ctx, id); cerr != nil {
 				m.logger.Warn("close worker session", "session_id", id, "err", cerr)
 			}
 			return unavailable("adopt resumed leases", err)
@@ -303,7 +303,7 @@ func (s *session) ping(f *wsx.Frame) bool {
 		s.c.Close(wsx.ClosePolicyViolation, "queue grant revoked")
 		return false
 	}
-	if _, err := s.m.tasks.Renew(ctx, s.id, s.m.cfg.LeaseDuration); err != nil {
+	if _, err := s.m.tasks.AttemptRenew(ctx, s.id, s.m.cfg.LeaseDuration); err != nil {
 		s.c.Logger().Warn("renew worker leases", "session_id", s.id, "err", err)
 		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "leases could not be renewed; reconnect"))
 		s.c.Close(wsx.CloseInternalError, "unavailable")
@@ -351,8 +351,8 @@ func checkProof(b *proofBody, path, queueID string) (tasks.Proof, error) {
 // resumeProofs checks the resume of a hello: at most MaxResume proofs, no
 // more than the hello's capacity, each complete and well formed.
 func resumeProofs(resume []proofBody, capacity int, queueID string) ([]tasks.Proof, error) {
-	if len(resume) > MaxResume {
-		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "body.resume holds at most %d attempts", MaxResume)
+	if len(resume) > maxResume {
+		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "body.resume holds at most %d attempts", maxResume)
 	}
 	if len(resume) > capacity {
 		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "body.resume holds more attempts than capacity")
@@ -382,7 +382,7 @@ func (s *session) complete(f *wsx.Frame) {
 		_ = s.c.SendError(f.MessageID, err)
 		return
 	}
-	params := &tasks.CompleteParams{Proof: proof, Outcome: *body.Outcome}
+	params := &tasks.AttemptCompleteParams{Proof: proof, Outcome: *body.Outcome}
 	if !tasks.ValidOutcome(*body.Outcome) {
 		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeInvalidArgument, "body.outcome must be succeeded, failed, needs_review or cancelled"))
 		return
@@ -450,7 +450,7 @@ func (s *session) release(f *wsx.Frame) {
 		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeInvalidArgument, "body.reason is limited to 1024 bytes"))
 		return
 	}
-	if _, err := s.m.tasks.Release(s.c.Context(), &proof, *body.Reason); err != nil {
+	if _, err := s.m.tasks.AttemptRelease(s.c.Context(), &proof, *body.Reason); err != nil {
 		s.sendStoreError(f, err)
 		return
 	}
@@ -513,7 +513,7 @@ func (s *session) dispatch() {
 			// the next one.
 			cancels = store.CancelRequested()
 		}
-		assigned, err := store.Lease(ctx, s.id, s.grant(), s.m.cfg.LeaseDuration)
+		assigned, err := store.AttemptLease(ctx, s.id, s.grant(), s.m.cfg.LeaseDuration)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -616,7 +616,7 @@ func (s *session) leaseUnsent(a *tasks.Assignment, cause error) {
 		"session_id", s.id, "task_id", a.Task.ID, "attempt_id", a.AttemptID, "err", cause)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.c.Context()), sessionCleanupTimeout)
 	defer cancel()
-	if _, err := s.m.tasks.LeaseUnsent(ctx, a, unsentDelay); err != nil {
+	if _, err := s.m.tasks.AttemptUnsent(ctx, a, unsentDelay); err != nil {
 		s.c.Logger().Warn("release unsent lease; it expires instead", "session_id", s.id, "task_id", a.Task.ID, "err", err)
 		return
 	}

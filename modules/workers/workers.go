@@ -24,18 +24,18 @@ import (
 
 func init() { modules.Register(&Module{}) }
 
-// Subprotocol is the WebSocket sub-protocol of the worker entry.
-const Subprotocol = "orbit.workers.v1"
+// subprotocol is the WebSocket sub-protocol of the worker entry.
+const subprotocol = "orbit.workers.v1"
 
 // Defaults of the workers section.
 const (
-	DefaultLeaseDuration     = 30 * time.Second
-	DefaultHeartbeatInterval = 15 * time.Second
+	defaultLeaseDuration     = 30 * time.Second
+	defaultHeartbeatInterval = 15 * time.Second
 	DefaultMaxConnections    = 128
-	DefaultHelloTimeout      = 5 * time.Second
-	DefaultIdleTimeout       = 60 * time.Second
-	DefaultPollInterval      = time.Second
-	MaxCapacity              = 32
+	defaultHelloTimeout      = 5 * time.Second
+	defaultIdleTimeout       = 60 * time.Second
+	defaultPollInterval      = time.Second
+	maxCapacity              = 32
 )
 
 // Config is the `workers` section.
@@ -62,14 +62,14 @@ type Config struct {
 // closed after a task becomes PENDING on this node, CancelRequested after a
 // cancel request. See tasks.Store for each method's contract.
 type Tasks interface {
-	SessionOpen(ctx context.Context, p *tasks.SessionOpenParams) (string, error)
-	SessionClose(ctx context.Context, sessionID string) error
-	SessionAdopt(ctx context.Context, sessionID string, proofs []tasks.Proof, leaseDuration time.Duration) ([]string, error)
-	Lease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]tasks.Assignment, error)
-	CompleteBatch(ctx context.Context, completions []*tasks.CompleteParams) ([]tasks.CompleteOutcome, error)
-	Release(ctx context.Context, p *tasks.Proof, reason string) (*tasks.Event, error)
-	LeaseUnsent(ctx context.Context, a *tasks.Assignment, delay time.Duration) (*tasks.Event, error)
-	Renew(ctx context.Context, sessionID string, leaseDuration time.Duration) (int, error)
+	WorkerSessionOpen(ctx context.Context, p *tasks.WorkerSessionOpenParams) (string, error)
+	WorkerSessionClose(ctx context.Context, sessionID string) error
+	WorkerSessionAdopt(ctx context.Context, sessionID string, proofs []tasks.Proof, leaseDuration time.Duration) ([]string, error)
+	AttemptLease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]tasks.Assignment, error)
+	AttemptCompleteBatch(ctx context.Context, completions []*tasks.AttemptCompleteParams) ([]tasks.CompleteOutcome, error)
+	AttemptRelease(ctx context.Context, p *tasks.Proof, reason string) (*tasks.Event, error)
+	AttemptUnsent(ctx context.Context, a *tasks.Assignment, delay time.Duration) (*tasks.Event, error)
+	AttemptRenew(ctx context.Context, sessionID string, leaseDuration time.Duration) (int, error)
 	CancelRequestList(ctx context.Context, sessionID string) ([]tasks.Proof, error)
 	Submitted() <-chan struct{}
 	CancelRequested() <-chan struct{}
@@ -95,9 +95,9 @@ func (*Module) OrbitModule() modules.Info {
 		Roles:    []string{"server"},
 		New: func() modules.Module {
 			return &Module{cfg: Config{
-				LeaseDuration: DefaultLeaseDuration, HeartbeatInterval: DefaultHeartbeatInterval,
-				MaxConnections: DefaultMaxConnections, HelloTimeout: DefaultHelloTimeout,
-				IdleTimeout: DefaultIdleTimeout, PollInterval: DefaultPollInterval,
+				LeaseDuration: defaultLeaseDuration, HeartbeatInterval: defaultHeartbeatInterval,
+				MaxConnections: DefaultMaxConnections, HelloTimeout: defaultHelloTimeout,
+				IdleTimeout: defaultIdleTimeout, PollInterval: defaultPollInterval,
 			}}
 		},
 	}
@@ -136,7 +136,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.logger = env.Logger.With("module", "workers")
 	m.completes = m.newCompleteBatcher()
 	entry, err := wsx.NewEntry(wsx.Config{
-		Subprotocol:  Subprotocol,
+		Subprotocol:  subprotocol,
 		Permission:   auth.PermTasksWork,
 		Authenticate: wsx.FromAuthenticator(m.auth),
 		MaxConns:     m.cfg.MaxConnections,

@@ -169,14 +169,14 @@ func (f *fixture) cancelled() (taskID string, raw []byte) {
 func (f *fixture) completed(outcome string, result []byte) (*tasks.Task, []byte) {
 	f.t.Helper()
 	task := f.submit()
-	session, err := f.tasks.SessionOpen(f.ctx, &tasks.SessionOpenParams{
+	session, err := f.tasks.WorkerSessionOpen(f.ctx, &tasks.WorkerSessionOpenParams{
 		QueueID: f.queueID, CredentialID: f.credentialID, WorkerName: "integration", Capacity: 1,
 	})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	defer f.tasks.SessionClose(f.ctx, session)
-	leased, err := f.tasks.Lease(f.ctx, session, f.grant(), leaseDuration)
+	defer f.tasks.WorkerSessionClose(f.ctx, session)
+	leased, err := f.tasks.AttemptLease(f.ctx, session, f.grant(), leaseDuration)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func (f *fixture) completed(outcome string, result []byte) (*tasks.Task, []byte)
 		f.t.Fatalf("leased %d tasks, want exactly task %s", len(leased), task.ID)
 	}
 	a := leased[0]
-	_, ev, err := f.tasks.Complete(f.ctx, &tasks.CompleteParams{
+	_, ev, err := f.tasks.AttemptComplete(f.ctx, &tasks.AttemptCompleteParams{
 		Grant:   f.grant(),
 		Proof:   tasks.Proof{TaskID: task.ID, AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseSecret: a.LeaseSecret},
 		Outcome: outcome, Result: result,

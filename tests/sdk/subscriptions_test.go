@@ -337,7 +337,7 @@ func (f *fixture) expireDelivery(t *testing.T, subscriptionID, deliveryID string
 		t.Fatal(err)
 	}
 	grant := auth.Grant{CredentialID: f.cred.CredentialID, Permission: auth.PermEventsConsume, QueueID: f.cred.QueueID, What: "subscription"}
-	leases, err := subscriptions.Claim(ctx, f.srv.DB, f.srv.Instances["tasks"].(*tasks.Module), f.srv.Authenticator(t), &subscriptions.ClaimParams{SessionID: session, Grant: grant, LeaseDuration: time.Minute, RecoverBatch: 10})
+	leases, err := subscriptions.DeliveryClaim(ctx, f.srv.DB, f.srv.Instances["tasks"].(*tasks.Module), f.srv.Authenticator(t), &subscriptions.DeliveryClaimParams{SessionID: session, Grant: grant, LeaseDuration: time.Minute, RecoverBatch: 10})
 	if err != nil || len(leases) != 1 || leases[0].Delivery.ID != deliveryID {
 		t.Fatalf("claim: %d leases, %v; want delivery %s", len(leases), err, deliveryID)
 	}
@@ -346,7 +346,7 @@ func (f *fixture) expireDelivery(t *testing.T, subscriptionID, deliveryID string
 	}
 	// The background sweeper may recover it first; either way it ends
 	// EXPIRED.
-	if _, err := subscriptions.RecoverLeases(ctx, f.srv.DB, subscriptionID, 10); err != nil {
+	if _, err := subscriptions.DeliveryRecover(ctx, f.srv.DB, subscriptionID, 10); err != nil {
 		t.Fatal(err)
 	}
 	if err := subscriptions.EventSessionClose(ctx, f.srv.DB, session); err != nil {

@@ -1,0 +1,4 @@
+package events
+
+// Subprotocol exposes subprotocol to the external tests.
+const Subprotocol = subprotocol
