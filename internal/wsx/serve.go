@@ -3,6 +3,7 @@ package wsx
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -95,6 +96,26 @@ func (e *Entry) Serve(w http.ResponseWriter, r *http.Request, helloType string, 
 	}
 }
 
+// CheckHello checks the members every hello carries: the ID of what it
+// opens a session on, at body.<name>, and the capacity. Both must be
+// present, the capacity from 1 to maxCapacity and the ID valid (C-11);
+// the first failure is returned as INVALID_ARGUMENT.
+func CheckHello(name string, id *string, capacity *int, maxCapacity int) error {
+	if err := httpx.Required(
+		httpx.Field{Path: "body." + name, Present: id != nil},
+		httpx.Field{Path: "body.capacity", Present: capacity != nil},
+	); err != nil {
+		return err
+	}
+	if *capacity < 1 || *capacity > maxCapacity {
+		return httpx.Errorf(httpx.CodeInvalidArgument, "body.capacity must be between 1 and %d", maxCapacity)
+	}
+	if !httpx.ValidID(*id) {
+		return httpx.Errorf(httpx.CodeInvalidArgument, "body.%s must be 32 lowercase hex characters", name)
+	}
+	return nil
+}
+
 // RefusalCode is the close code after a refused request: 1011 when the
 // check could not be made (UNAVAILABLE, a temporary failure), 1008 when it
 // failed.
@@ -154,6 +175,49 @@ func (c *Conn) Welcome(id string, hello *Frame, typ string, body any) error {
 		return err
 	}
 	return c.Send(welcome)
+}
+
+// UnsentDelay is how long a lease whose frame was not sent waits before it
+// is offered again. A frame that could not be encoded will not encode the
+// next time either; the delay keeps such a lease from being taken and given
+// back in a loop.
+const UnsentDelay = time.Second
+
+// SendLease sends a frame of type typ with body that hands the client a
+// persisted lease. When the frame is not written it calls unsent with the
+// cause, which gives the lease back at once (usually through Unsent). It
+// returns false when the connection is closing.
+func (c *Conn) SendLease(typ string, body any, unsent func(cause error)) bool {
+	f, err := NewFrame(typ, "", body)
+	if err == nil {
+		err = c.Send(f)
+	}
+	if err == nil {
+		return true
+	}
+	unsent(err)
+	return !errors.Is(err, ErrClosed)
+}
+
+// Unsent handles a frame of type typ that was to hand the client a
+// persisted lease and was not sent because of cause: it logs why (a
+// warning when the connection had ended, an error otherwise), with the
+// session and attrs naming the lease, then gives the lease back with
+// giveBack within a CleanupContext, so that it neither holds the session's
+// capacity nor uses an attempt no client saw. A lease that cannot be given
+// back is logged and expires instead.
+func (c *Conn) Unsent(typ string, cause error, giveBack func(ctx context.Context) error, attrs ...any) {
+	level := slog.LevelError
+	if errors.Is(cause, ErrClosed) {
+		level = slog.LevelWarn // the connection ended between lease and send
+	}
+	attrs = append([]any{"session_id", c.Session()}, attrs...)
+	c.logger.Log(context.Background(), level, typ+" not sent; giving the lease back", append(attrs, "err", cause)...)
+	ctx, cancel := CleanupContext(c.ctx)
+	defer cancel()
+	if err := giveBack(ctx); err != nil {
+		c.logger.Warn("unsent lease not given back; it expires instead", append(attrs, "err", err)...)
+	}
 }
 
 // serveStart counts a Serve, unless the entry is draining.

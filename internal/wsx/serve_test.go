@@ -253,3 +253,80 @@ func TestRefusalCode(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckHello(t *testing.T) {
+	t.Parallel()
+	id, bad, one, zero, many := idA, "A", 1, 0, 33
+	for _, tc := range []struct {
+		name     string
+		id       *string
+		capacity *int
+		want     string // "" for no error
+	}{
+		{"Valid", &id, &one, ""},
+		{"NoID", nil, &one, "body.queue_id"},
+		{"NoCapacity", &id, nil, "body.capacity"},
+		{"CapacityZero", &id, &zero, "body.capacity must be between 1 and 32"},
+		{"CapacityTooLarge", &id, &many, "body.capacity must be between 1 and 32"},
+		{"BadID", &bad, &one, "body.queue_id must be 32 lowercase hex characters"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := CheckHello("queue_id", tc.id, tc.capacity, 32)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("CheckHello: %v", err)
+				}
+				return
+			}
+			var he *httpx.Error
+			if !errors.As(err, &he) || he.Code != httpx.CodeInvalidArgument || !strings.Contains(he.Message, tc.want) {
+				t.Fatalf("CheckHello = %v, want INVALID_ARGUMENT with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSendLeaseGivesBackWhatIsNotSent(t *testing.T) {
+	t.Parallel()
+	env := setup(t)
+	ws, c := env.dial(t)
+	unsent := make(chan error, 1)
+	if !c.SendLease("event.deliver", map[string]string{"id": idB}, func(err error) { unsent <- err }) {
+		t.Fatal("SendLease on an open connection returned false")
+	}
+	if f := readFrame(t, ws); f.Type != "event.deliver" || f.ReplyTo != "" {
+		t.Errorf("frame = %+v", f)
+	}
+	select {
+	case err := <-unsent:
+		t.Fatalf("unsent called after a frame was sent: %v", err)
+	default:
+	}
+
+	// A body that cannot be encoded is not sent; the connection stays.
+	if !c.SendLease("event.deliver", func() {}, func(err error) { unsent <- err }) {
+		t.Error("SendLease returned false for a frame that could not be encoded")
+	}
+	if err := <-unsent; err == nil {
+		t.Error("unsent called without a cause")
+	}
+
+	c.Close(CloseNormal, "")
+	if c.SendLease("event.deliver", map[string]string{}, func(err error) { unsent <- err }) {
+		t.Error("SendLease on a closing connection returned true")
+	}
+	if err := <-unsent; !errors.Is(err, ErrClosed) {
+		t.Errorf("cause = %v, want ErrClosed", err)
+	}
+
+	gaveBack := make(chan bool, 1)
+	c.Unsent("event.deliver", ErrClosed, func(ctx context.Context) error {
+		// The connection's context has ended; the give-back's has not.
+		gaveBack <- ctx.Err() == nil
+		return errors.New("database down")
+	}, "delivery_id", idB)
+	if !<-gaveBack {
+		t.Error("giveBack ran with an ended context")
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -59,20 +58,6 @@ type pingReply struct {
 	Enabled    bool   `json:"enabled"`
 }
 
-// session is one event connection after its hello.
-type session struct {
-	m            *Module
-	c            *wsx.Conn
-	id           string
-	subscription *subscriptions.Subscription
-	authHeader   string
-	// freed is signalled after an ACK, so the dispatcher claims again.
-	freed chan struct{}
-	// acks are the ACKs waiting for their batch's commit; the
-	// connection's handler ends after their answers.
-	acks *batch.Waiting
-}
-
 // connect serves one event connection: hello, welcome, then requests until
 // the connection ends. Claims run in the session's dispatcher, apart from
 // the request loop, so pings and ACKs never wait behind a slow claim (E-6).
@@ -87,17 +72,8 @@ func (m *Module) hello(c *wsx.Conn, f *wsx.Frame, r *http.Request) (wsx.Session,
 	if err := wsx.DecodeBody(f, &body); err != nil {
 		return nil, err
 	}
-	if err := httpx.Required(
-		httpx.Field{Path: "body.subscription_id", Present: body.SubscriptionID != nil},
-		httpx.Field{Path: "body.capacity", Present: body.Capacity != nil},
-	); err != nil {
+	if err := wsx.CheckHello("subscription_id", body.SubscriptionID, body.Capacity, MaxCapacity); err != nil {
 		return nil, err
-	}
-	if *body.Capacity < 1 || *body.Capacity > MaxCapacity {
-		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "body.capacity must be between 1 and %d", MaxCapacity)
-	}
-	if !httpx.ValidID(*body.SubscriptionID) {
-		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "body.subscription_id must be 32 lowercase hex characters")
 	}
 	sub, err := m.ownedSubscription(c.Context(), c.Principal(), *body.SubscriptionID)
 	if err != nil {
@@ -131,6 +107,20 @@ func (m *Module) hello(c *wsx.Conn, f *wsx.Frame, r *http.Request) (wsx.Session,
 		m: m, c: c, id: id, subscription: sub, authHeader: r.Header.Get("Authorization"),
 		freed: make(chan struct{}, 1), acks: batch.NewWaiting(acksPerConnection),
 	}, nil
+}
+
+// session is one event connection after its hello.
+type session struct {
+	m            *Module
+	c            *wsx.Conn
+	id           string
+	subscription *subscriptions.Subscription
+	authHeader   string
+	// freed is signalled after an ACK, so the dispatcher claims again.
+	freed chan struct{}
+	// acks are the ACKs waiting for their batch's commit; the
+	// connection's handler ends after their answers.
+	acks *batch.Waiting
 }
 
 // End waits for the answers of the ACKs still in a batch, then closes the
@@ -304,10 +294,7 @@ func (s *session) acked(f *wsx.Frame, res subscriptions.AckResult, err error) {
 		return
 	}
 	if !res.Deduplicated {
-		select {
-		case s.freed <- struct{}{}:
-		default:
-		}
+		s.signalFreed()
 	}
 	s.c.Reply(f, typeReply, res)
 }
@@ -386,42 +373,25 @@ func (s *session) Dispatch() {
 // is not written is given back at once (deliveryUnsent). It returns false
 // when the connection is closing.
 func (s *session) deliver(l *subscriptions.Lease) bool {
-	f, err := wsx.NewFrame(typeDeliver, "", deliverBody{Delivery: l.Delivery.View(), Event: l.Event, LeaseSecret: l.Secret})
-	if err == nil {
-		err = s.c.Send(f)
-	}
-	if err == nil {
-		return true
-	}
-	s.deliveryUnsent(l, err)
-	return !errors.Is(err, wsx.ErrClosed)
+	body := deliverBody{Delivery: l.Delivery.View(), Event: l.Event, LeaseSecret: l.Secret}
+	return s.c.SendLease(typeDeliver, body, func(err error) { s.deliveryUnsent(l, err) })
 }
 
-// unsentDelay is how long a delivery whose event.deliver was not sent
-// waits before it is claimed again. A frame that could not be encoded will
-// not encode the next time either; the delay keeps such a delivery from
-// being claimed and given back in a loop.
-const unsentDelay = time.Second
-
-// deliveryUnsent logs why event.deliver of l was not sent and gives its
-// lease back, so that it neither holds the connection's capacity until it
-// runs out nor uses an attempt of the budget that no consumer saw. It runs
-// apart from the connection's context, which is usually canceled when the
-// frame could not be sent. A lease it cannot give back is recovered when
-// it runs out (E-16).
+// deliveryUnsent gives back the lease of l, whose event.deliver was not
+// sent (wsx.Conn.Unsent). A lease it cannot give back is recovered when it
+// runs out (E-16).
 func (s *session) deliveryUnsent(l *subscriptions.Lease, cause error) {
-	level := slog.LevelError
-	if errors.Is(cause, wsx.ErrClosed) {
-		level = slog.LevelWarn // the connection ended between claim and send
-	}
-	s.c.Logger().Log(context.Background(), level, "event.deliver not sent; giving the lease back",
-		"session_id", s.id, "delivery_id", l.Delivery.ID, "event_id", l.Event.ID, "err", cause)
-	ctx, cancel := wsx.CleanupContext(s.c.Context())
-	defer cancel()
-	if _, err := s.m.subs.DeliveryUnsent(ctx, l, unsentDelay); err != nil {
-		s.c.Logger().Warn("give back unsent delivery; it expires instead", "session_id", s.id, "delivery_id", l.Delivery.ID, "err", err)
-		return
-	}
+	s.c.Unsent(typeDeliver, cause, func(ctx context.Context) error {
+		if _, err := s.m.subs.DeliveryUnsent(ctx, l, wsx.UnsentDelay); err != nil {
+			return err
+		}
+		s.signalFreed()
+		return nil
+	}, "delivery_id", l.Delivery.ID, "event_id", l.Event.ID)
+}
+
+// signalFreed wakes the dispatcher after a lease of the session ended.
+func (s *session) signalFreed() {
 	select {
 	case s.freed <- struct{}{}:
 	default:

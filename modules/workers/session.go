@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -107,21 +106,6 @@ type releaseAck struct {
 	Released  bool   `json:"released"`
 }
 
-// session is one worker connection after its hello.
-type session struct {
-	m          *Module
-	c          *wsx.Conn
-	id         string
-	queueID    string
-	authHeader string
-	// freed is signalled when a lease of this session ends, so the
-	// dispatcher can lease again at once.
-	freed chan struct{}
-	// completions are the completions waiting for their batch's commit;
-	// the handler ends after their answers.
-	completions *batch.Waiting
-}
-
 // connect serves one worker connection: hello, welcome, then requests until
 // the connection ends. The session's dispatcher leases tasks and sends
 // task.assign and task.cancel frames, apart from the request loop, so that
@@ -137,17 +121,8 @@ func (m *Module) hello(c *wsx.Conn, f *wsx.Frame, r *http.Request) (wsx.Session,
 	if err := wsx.DecodeBody(f, &body); err != nil {
 		return nil, err
 	}
-	if err := httpx.Required(
-		httpx.Field{Path: "body.queue_id", Present: body.QueueID != nil},
-		httpx.Field{Path: "body.capacity", Present: body.Capacity != nil},
-	); err != nil {
+	if err := wsx.CheckHello("queue_id", body.QueueID, body.Capacity, MaxCapacity); err != nil {
 		return nil, err
-	}
-	if *body.Capacity < 1 || *body.Capacity > MaxCapacity {
-		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "body.capacity must be between 1 and %d", MaxCapacity)
-	}
-	if !httpx.ValidID(*body.QueueID) {
-		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "body.queue_id must be 32 lowercase hex characters")
 	}
 	name := ""
 	if body.WorkerName != nil {
@@ -209,6 +184,21 @@ func (m *Module) closeSession(id string) {
 	if err := m.tasks.SessionClose(ctx, id); err != nil {
 		m.logger.Warn("close worker session", "session_id", id, "err", err)
 	}
+}
+
+// session is one worker connection after its hello.
+type session struct {
+	m          *Module
+	c          *wsx.Conn
+	id         string
+	queueID    string
+	authHeader string
+	// freed is signalled when a lease of this session ends, so the
+	// dispatcher can lease again at once.
+	freed chan struct{}
+	// completions are the completions waiting for their batch's commit;
+	// the handler ends after their answers.
+	completions *batch.Waiting
 }
 
 // End waits for the answers of the completions still in a batch, then
@@ -520,7 +510,7 @@ func (s *session) Dispatch() {
 // is not written is given back at once (leaseUnsent). It returns false
 // when the connection is closing.
 func (s *session) sendAssign(a *tasks.Assignment) bool {
-	f, err := wsx.NewFrame(typeAssign, "", assignBody{
+	body := assignBody{
 		Task: assignedTask{
 			ID: a.Task.ID, QueueID: a.Task.QueueID, Revision: httpx.Uint64(a.Task.Revision),
 			Input: jsontext.Value(a.Task.Input), Attempts: a.Task.Attempts, MaxAttempts: a.Task.MaxAttempts,
@@ -528,40 +518,20 @@ func (s *session) sendAssign(a *tasks.Assignment) bool {
 		},
 		AttemptID: a.AttemptID, Epoch: httpx.Uint64(a.Epoch),
 		LeaseUntil: httpx.FormatTime(a.LeaseUntil), LeaseSecret: a.LeaseSecret,
-	})
-	if err == nil {
-		err = s.c.Send(f)
 	}
-	if err == nil {
-		return true
-	}
-	s.leaseUnsent(a, err)
-	return !errors.Is(err, wsx.ErrClosed)
+	return s.c.SendLease(typeAssign, body, func(err error) { s.leaseUnsent(a, err) })
 }
 
-// unsentDelay is how long a task whose task.assign was not sent waits
-// before it is offered again. A frame that could not be encoded will not
-// encode the next time either; the delay keeps such a task from being
-// leased and released in a loop.
-const unsentDelay = time.Second
-
-// leaseUnsent logs why task.assign of a was not sent and releases its
-// lease, so that the task neither holds the session's capacity until the
-// lease expires nor counts an attempt with an uncertain effect that no
-// worker ever saw. It runs apart from the connection's context, which is
-// usually canceled when the frame could not be sent.
+// leaseUnsent releases the lease of a, whose task.assign was not sent
+// (wsx.Conn.Unsent), so that the task neither holds the session's capacity
+// until the lease expires nor counts an attempt with an uncertain effect
+// that no worker ever saw.
 func (s *session) leaseUnsent(a *tasks.Assignment, cause error) {
-	level := slog.LevelError
-	if errors.Is(cause, wsx.ErrClosed) {
-		level = slog.LevelWarn // the connection ended between lease and send
-	}
-	s.c.Logger().Log(context.Background(), level, "task.assign not sent; releasing the lease",
-		"session_id", s.id, "task_id", a.Task.ID, "attempt_id", a.AttemptID, "err", cause)
-	ctx, cancel := wsx.CleanupContext(s.c.Context())
-	defer cancel()
-	if _, err := s.m.tasks.LeaseUnsent(ctx, a, unsentDelay); err != nil {
-		s.c.Logger().Warn("release unsent lease; it expires instead", "session_id", s.id, "task_id", a.Task.ID, "err", err)
-		return
-	}
-	s.signalFreed()
+	s.c.Unsent(typeAssign, cause, func(ctx context.Context) error {
+		if _, err := s.m.tasks.LeaseUnsent(ctx, a, wsx.UnsentDelay); err != nil {
+			return err
+		}
+		s.signalFreed()
+		return nil
+	}, "task_id", a.Task.ID, "attempt_id", a.AttemptID)
 }
