@@ -3,6 +3,7 @@ package wsx
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -218,6 +219,24 @@ func (c *Conn) Unsent(typ string, cause error, giveBack func(ctx context.Context
 	if err := giveBack(ctx); err != nil {
 		c.logger.Warn("unsent lease not given back; it expires instead", append(attrs, "err", err)...)
 	}
+}
+
+// Stop is the Stop of a module that serves the entry: it shuts the entry
+// down (Shutdown) and then waits, within ctx, for what the connections
+// left behind, such as the node's batch of ACKs, through each wait. It
+// returns the first error. On a nil Entry, the entry of a module that was
+// never provisioned, it does nothing.
+func (e *Entry) Stop(ctx context.Context, waits ...func(context.Context) error) error {
+	if e == nil {
+		return nil
+	}
+	err := e.Shutdown(ctx)
+	for _, wait := range waits {
+		if werr := wait(ctx); werr != nil && err == nil {
+			err = fmt.Errorf("wsx: stop: still pending: %w", werr)
+		}
+	}
+	return err
 }
 
 // serveStart counts a Serve, unless the entry is draining.

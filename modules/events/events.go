@@ -201,14 +201,10 @@ func (m *Module) Routes(r *mux.Router) {
 // Stop closes every event connection with 1001 and waits for their handlers
 // within ctx. Deliveries and leases stay in the database (E-16).
 func (m *Module) Stop(ctx context.Context) error {
-	if m.entry == nil {
-		return nil
+	if err := m.entry.Stop(ctx, m.acks.Wait); err != nil {
+		return fmt.Errorf("events: stop: %w", err)
 	}
-	err := m.entry.Shutdown(ctx)
-	if werr := m.acks.Wait(ctx); werr != nil && err == nil {
-		err = fmt.Errorf("events: stop: ACKs still being recorded: %w", werr)
-	}
-	return err
+	return nil
 }
 
 var (
