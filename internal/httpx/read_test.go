@@ -2,9 +2,11 @@ package httpx
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 )
 
 func TestC9_Read(t *testing.T) {
@@ -53,5 +55,24 @@ func TestC9_Read(t *testing.T) {
 				t.Errorf("error = %+v, want %s", env.Error, tc.want)
 			}
 		})
+	}
+}
+
+func TestC16_PageSQL(t *testing.T) {
+	t.Parallel()
+	q, args := PageSQL("SELECT id FROM t WHERE q = ?", []any{"q1"}, "", nil, 20)
+	if want := "SELECT id FROM t WHERE q = ? ORDER BY created_at DESC, id DESC LIMIT ?"; q != want {
+		t.Errorf("query = %q, want %q", q, want)
+	}
+	if len(args) != 2 || args[0] != "q1" || args[1] != 21 {
+		t.Errorf("args = %v", args)
+	}
+	at := time.Date(2025, 1, 2, 3, 4, 5, 6000, time.UTC)
+	q, args = PageSQL("SELECT s.id FROM s WHERE s.q = ?", []any{"q1"}, "s.", &Cursor{CreatedAt: at, ID: "ab"}, 5)
+	if want := "SELECT s.id FROM s WHERE s.q = ? AND (s.created_at < ? OR (s.created_at = ? AND s.id < ?)) ORDER BY s.created_at DESC, s.id DESC LIMIT ?"; q != want {
+		t.Errorf("query = %q, want %q", q, want)
+	}
+	if want := []any{"q1", at, at, "ab", 6}; fmt.Sprint(args) != fmt.Sprint(want) {
+		t.Errorf("args = %v, want %v", args, want)
 	}
 }

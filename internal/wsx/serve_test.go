@@ -330,3 +330,23 @@ func TestSendLeaseGivesBackWhatIsNotSent(t *testing.T) {
 		t.Error("giveBack ran with an ended context")
 	}
 }
+
+func TestEntryStop(t *testing.T) {
+	t.Parallel()
+	var never *Entry
+	if err := never.Stop(context.Background(), func(context.Context) error {
+		t.Error("wait called for an entry never provisioned")
+		return nil
+	}); err != nil {
+		t.Errorf("Stop of a nil Entry: %v", err)
+	}
+	env := setup(t)
+	waited := false
+	err := env.entry.Stop(context.Background(), func(context.Context) error {
+		waited = true
+		return context.DeadlineExceeded
+	})
+	if !waited || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Stop = %v (waited %v), want the wait's error", err, waited)
+	}
+}
