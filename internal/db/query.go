@@ -34,3 +34,26 @@ func QueryStrings(ctx context.Context, q Querier, query string, args ...any) ([]
 	}
 	return out, rows.Err()
 }
+
+// Scanner is a row to scan: *sql.Row or *sql.Rows.
+type Scanner interface{ Scan(dest ...any) error }
+
+// QueryAll runs query and returns every row converted by scan, in order;
+// the error of the query, of a scan or of the iteration is returned as it
+// is, for the caller to say where it comes from.
+func QueryAll[T any](ctx context.Context, q Querier, scan func(Scanner) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}

@@ -61,3 +61,18 @@ func NewPage[T any, V any](rows []T, limit int, binding string, position func(T)
 	}
 	return page
 }
+
+// PageSQL completes the query of a list page (C-16) and its arguments: when
+// after is set, the condition that keeps the rows after that position, then
+// the order "created_at DESC, id DESC" that cursors follow and a LIMIT of
+// limit+1, so that NewPage can tell whether another page exists. query must
+// end in a WHERE clause; alias qualifies the two columns ("" or such as
+// "s.").
+func PageSQL(query string, args []any, alias string, after *Cursor, limit int) (string, []any) {
+	if after != nil {
+		query += ` AND (` + alias + `created_at < ? OR (` + alias + `created_at = ? AND ` + alias + `id < ?))`
+		args = append(args, after.CreatedAt, after.CreatedAt, after.ID)
+	}
+	query += ` ORDER BY ` + alias + `created_at DESC, ` + alias + `id DESC LIMIT ?`
+	return query, append(args, limit+1)
+}

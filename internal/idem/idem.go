@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 )
@@ -165,4 +166,25 @@ func Handle(w http.ResponseWriter, r *http.Request, pool *sql.DB, credentialID s
 		return
 	}
 	httpx.WriteData(w, r, receipt.Status, receipt.Data)
+}
+
+// Write is the skeleton of an idempotent write endpoint: it reads the body
+// into req (httpx.ReadJSON: no query, strict JSON), calls prepare with the
+// caller's principal to check the request and load what it acts on, and
+// runs the change prepare returns once per Idempotency-Key (Handle). The
+// first error of these steps is written in the envelope; prepare does not
+// run when the body is refused, and no change runs when prepare fails.
+func Write(w http.ResponseWriter, r *http.Request, pool *sql.DB, req any, prepare func(p *auth.Principal) (Change, error)) {
+	raw, err := httpx.ReadJSON(r, req)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	p := auth.FromContext(r.Context())
+	change, err := prepare(p)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	Handle(w, r, pool, p.CredentialID, raw, change)
 }

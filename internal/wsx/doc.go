@@ -10,37 +10,27 @@
 // deadlines, the write deadline and the session binding. A Frame is the
 // envelope of C-18, decoded strictly.
 //
-// A protocol handler typically looks like this:
+// Entry.Serve runs the skeleton every protocol shares: upgrade, the hello
+// (refused with an error frame and 1008, or 1011 when UNAVAILABLE), the
+// request loop, the dispatcher goroutine and the session's end, counted so
+// that Shutdown waits for it. A protocol supplies only its hello and its
+// Session:
 //
 //	func (m *Module) connect(w http.ResponseWriter, r *http.Request) {
-//		c, err := m.entry.Upgrade(w, r)
-//		if err != nil {
-//			return // the HTTP reply has been written
-//		}
-//		defer c.Close(wsx.CloseNormal, "")
-//		hello, err := c.Recv(c.Context())
-//		if err != nil {
-//			return
-//		}
+//		m.entry.Serve(w, r, "events.hello", m.hello)
+//	}
+//
+//	func (m *Module) hello(c *wsx.Conn, f *wsx.Frame, r *http.Request) (wsx.Session, error) {
 //		var body helloBody
-//		if err := wsx.DecodeBody(hello, &body); err != nil {
-//			_ = c.SendError(hello.MessageID, err)
-//			return
+//		if err := wsx.DecodeBody(f, &body); err != nil {
+//			return nil, err // refused
 //		}
 //		…
-//		if err := c.BindSession(sessionID); err != nil {
-//			return
+//		if err := c.Welcome(sessionID, f, "events.welcome", welcomeBody); err != nil {
+//			… // close the recorded session
+//			return nil, nil
 //		}
-//		welcome, err := wsx.NewFrame("events.welcome", hello.MessageID, welcomeBody)
-//		…
-//		_ = c.Send(welcome)
-//		for {
-//			f, err := c.Recv(c.Context())
-//			if err != nil {
-//				return
-//			}
-//			…
-//		}
+//		return &session{…}, nil // Handle, Dispatch, End
 //	}
 //
 // The route is wrapped in httpx.NoDeadline so that the management deadline

@@ -139,6 +139,8 @@ type Entry struct {
 	conns    map[*Conn]bool // open connections
 	draining bool           // Shutdown was called
 	drained  chan struct{}  // closed when draining and open reaches 0
+	serving  int            // running calls of Serve
+	served   chan struct{}  // closed when draining and serving reaches 0
 }
 
 // hooks let tests observe and stall a connection's goroutines. They are nil
@@ -154,7 +156,7 @@ func NewEntry(cfg Config) (*Entry, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	e := &Entry{cfg: cfg, conns: make(map[*Conn]bool), drained: make(chan struct{})}
+	e := &Entry{cfg: cfg, conns: make(map[*Conn]bool), drained: make(chan struct{}), served: make(chan struct{})}
 	e.upgrader = websocket.Upgrader{
 		HandshakeTimeout:  cfg.WriteTimeout,
 		Subprotocols:      []string{cfg.Subprotocol},
@@ -325,15 +327,18 @@ func (e *Entry) release(c *Conn) {
 }
 
 // Shutdown refuses new upgrades with 503 UNAVAILABLE, closes every open
-// connection with 1001 and waits until all of them are torn down or ctx
-// ends, whose error it then returns. It is idempotent and safe to call
-// concurrently; every call waits.
+// connection with 1001 and waits until all of them are torn down and every
+// Serve has returned, or until ctx ends, whose error it then returns. It is
+// idempotent and safe to call concurrently; every call waits.
 func (e *Entry) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	if !e.draining {
 		e.draining = true
 		if e.open == 0 {
 			close(e.drained)
+		}
+		if e.serving == 0 {
+			close(e.served)
 		}
 	}
 	conns := make([]*Conn, 0, len(e.conns))
@@ -344,12 +349,14 @@ func (e *Entry) Shutdown(ctx context.Context) error {
 	for _, c := range conns {
 		c.Close(CloseGoingAway, "server shutting down")
 	}
-	select {
-	case <-e.drained:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("wsx: shutdown: %w", ctx.Err())
+	for _, done := range []chan struct{}{e.drained, e.served} {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("wsx: shutdown: %w", ctx.Err())
+		}
 	}
+	return nil
 }
 
 // sameOrigin reports whether r has no Origin header or exactly one whose

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -46,7 +45,6 @@ const (
 	DefaultPollInterval      = time.Second
 	maxCapacity              = 32
 	claimRecoverBatch        = 32
-	sessionCleanupTimeout    = 5 * time.Second
 	claimTimeout             = 8 * time.Second
 )
 
@@ -112,8 +110,6 @@ type Module struct {
 	pool   *claimPool
 	acks   *batch.Batcher[*ackRequest]
 	logger *slog.Logger
-
-	handlers sync.WaitGroup
 }
 
 // OrbitModule returns the module's info.
@@ -205,23 +201,10 @@ func (m *Module) Routes(r *mux.Router) {
 // Stop closes every event connection with 1001 and waits for their handlers
 // within ctx. Deliveries and leases stay in the database (E-16).
 func (m *Module) Stop(ctx context.Context) error {
-	if m.entry == nil {
-		return nil
+	if err := m.entry.Stop(ctx, m.acks.Wait); err != nil {
+		return fmt.Errorf("events: stop: %w", err)
 	}
-	err := m.entry.Shutdown(ctx)
-	done := make(chan struct{})
-	go func() { m.handlers.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		if err == nil {
-			err = fmt.Errorf("events: stop: %w", ctx.Err())
-		}
-	}
-	if werr := m.acks.Wait(ctx); werr != nil && err == nil {
-		err = fmt.Errorf("events: stop: ACKs still being recorded: %w", werr)
-	}
-	return err
+	return nil
 }
 
 var (

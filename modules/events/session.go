@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -59,6 +58,57 @@ type pingReply struct {
 	Enabled    bool   `json:"enabled"`
 }
 
+// connect serves one event connection: hello, welcome, then requests until
+// the connection ends. Claims run in the session's dispatcher, apart from
+// the request loop, so pings and ACKs never wait behind a slow claim (E-6).
+func (m *Module) connect(w http.ResponseWriter, r *http.Request) {
+	m.entry.Serve(w, r, typeHello, m.hello)
+}
+
+// hello answers events.hello: it checks the subscription's owner and queue
+// scope (E-2), records the session and answers events.welcome (E-3).
+func (m *Module) hello(c *wsx.Conn, f *wsx.Frame, r *http.Request) (wsx.Session, error) {
+	var body helloBody
+	if err := wsx.DecodeBody(f, &body); err != nil {
+		return nil, err
+	}
+	if err := wsx.CheckHello("subscription_id", body.SubscriptionID, body.Capacity, maxCapacity); err != nil {
+		return nil, err
+	}
+	sub, err := m.ownedSubscription(c.Context(), c.Principal(), *body.SubscriptionID)
+	if err != nil {
+		return nil, err
+	}
+	// Recording the session must not be cut short by the client going
+	// away: a cancelled INSERT may still commit, and a session nobody
+	// knows of would stay open for ever.
+	openCtx, cancel := wsx.CleanupContext(c.Context())
+	id, err := m.subs.EventSessionOpen(openCtx, &subscriptions.EventSessionOpenParams{
+		SubscriptionID: sub.ID, CredentialID: c.Principal().CredentialID, Capacity: *body.Capacity,
+	})
+	cancel()
+	if err != nil {
+		c.Unavailable(f.MessageID, "the session could not be recorded; reconnect", "open event session", err)
+		return nil, nil
+	}
+	if err := c.Welcome(id, f, typeWelcome, welcomeBody{
+		SessionID: id, SubscriptionID: sub.ID, Capacity: *body.Capacity,
+		LeaseDurationMS:     m.cfg.LeaseDuration.Milliseconds(),
+		HeartbeatIntervalMS: m.cfg.HeartbeatInterval.Milliseconds(),
+		ServerTime:          httpx.FormatTime(db.Now()),
+		Enabled:             sub.Enabled,
+	}); err != nil {
+		// The connection ended before its welcome: the session never
+		// started, so it is closed at once.
+		m.closeSession(id)
+		return nil, nil
+	}
+	return &session{
+		m: m, c: c, id: id, subscription: sub, authHeader: r.Header.Get("Authorization"),
+		freed: make(chan struct{}, 1), acks: batch.NewWaiting(acksPerConnection),
+	}, nil
+}
+
 // session is one event connection after its hello.
 type session struct {
 	m            *Module
@@ -73,118 +123,17 @@ type session struct {
 	acks *batch.Waiting
 }
 
-// connect serves one event connection: hello, welcome, then requests until
-// the connection ends. Claims run in a dispatcher goroutine, apart from this
-// request loop, so pings and ACKs never wait behind a slow claim (E-6).
-func (m *Module) connect(w http.ResponseWriter, r *http.Request) {
-	m.handlers.Add(1)
-	defer m.handlers.Done()
-	c, err := m.entry.Upgrade(w, r)
-	if err != nil {
-		return
-	}
-	defer c.Close(wsx.CloseNormal, "")
-	s := m.hello(c, r.Header.Get("Authorization"))
-	if s == nil {
-		return
-	}
-	defer m.closeSession(s.id)
-	defer s.acks.Wait()
-	dispatched := make(chan struct{})
-	go func() {
-		defer close(dispatched)
-		s.dispatch()
-	}()
-	defer func() { <-dispatched }()
-	defer c.Close(wsx.CloseNormal, "")
-	for {
-		f, err := c.Recv(c.Context())
-		if err != nil {
-			return
-		}
-		if !s.handle(f) {
-			return
-		}
-	}
-}
-
-// hello reads events.hello, checks the subscription's owner and queue scope
-// (E-2) and answers events.welcome (E-3). It returns nil after having
-// answered with an error and closed the connection.
-func (m *Module) hello(c *wsx.Conn, authHeader string) *session {
-	f, err := c.Recv(c.Context())
-	if err != nil {
-		return nil
-	}
-	fail := func(err error) *session {
-		_ = c.SendError(f.MessageID, err)
-		c.Close(closeCode(err), "hello refused")
-		return nil
-	}
-	if f.Type != typeHello || f.ReplyTo != "" || f.Error != nil {
-		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "the first frame must be events.hello without reply_to or error"))
-	}
-	var body helloBody
-	if err := wsx.DecodeBody(f, &body); err != nil {
-		return fail(err)
-	}
-	if err := httpx.Required(
-		httpx.Field{Path: "body.subscription_id", Present: body.SubscriptionID != nil},
-		httpx.Field{Path: "body.capacity", Present: body.Capacity != nil},
-	); err != nil {
-		return fail(err)
-	}
-	if *body.Capacity < 1 || *body.Capacity > maxCapacity {
-		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.capacity must be between 1 and %d", maxCapacity))
-	}
-	if !httpx.ValidID(*body.SubscriptionID) {
-		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.subscription_id must be 32 lowercase hex characters"))
-	}
-	sub, err := m.ownedSubscription(c.Context(), c.Principal(), *body.SubscriptionID)
-	if err != nil {
-		return fail(err)
-	}
-	// Recording the session must not be cut short by the client going
-	// away: a cancelled INSERT may still commit, and a session nobody
-	// knows of would stay open for ever.
-	openCtx, cancel := context.WithTimeout(context.WithoutCancel(c.Context()), sessionCleanupTimeout)
-	id, err := m.subs.EventSessionOpen(openCtx, &subscriptions.EventSessionOpenParams{
-		SubscriptionID: sub.ID, CredentialID: c.Principal().CredentialID, Capacity: *body.Capacity,
-	})
-	cancel()
-	if err != nil {
-		m.logger.Warn("open event session", "err", err)
-		_ = c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "the session could not be recorded; reconnect"))
-		c.Close(wsx.CloseInternalError, "unavailable")
-		return nil
-	}
-	if err := c.BindSession(id); err != nil {
-		m.closeSession(id)
-		return nil
-	}
-	welcome, err := wsx.NewFrame(typeWelcome, f.MessageID, welcomeBody{
-		SessionID: id, SubscriptionID: sub.ID, Capacity: *body.Capacity,
-		LeaseDurationMS:     m.cfg.LeaseDuration.Milliseconds(),
-		HeartbeatIntervalMS: m.cfg.HeartbeatInterval.Milliseconds(),
-		ServerTime:          httpx.FormatTime(db.Now()),
-		Enabled:             sub.Enabled,
-	})
-	if err != nil || c.Send(welcome) != nil {
-		// The connection ended before its welcome: the session never
-		// started, so it is closed at once.
-		m.closeSession(id)
-		return nil
-	}
-	return &session{
-		m: m, c: c, id: id, subscription: sub, authHeader: authHeader,
-		freed: make(chan struct{}, 1), acks: batch.NewWaiting(acksPerConnection),
-	}
+// End waits for the answers of the ACKs still in a batch, then closes the
+// session's record.
+func (s *session) End() {
+	s.acks.Wait()
+	s.m.closeSession(s.id)
 }
 
 // closeSession marks a recorded session closed, within its own bounded
 // context since the connection's has usually ended.
 func (m *Module) closeSession(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), sessionCleanupTimeout)
+	ctx, cancel := wsx.CleanupContext(context.Background())
 	defer cancel()
 	if err := m.subs.EventSessionClose(ctx, id); err != nil {
 		m.logger.Warn("close event session", "session_id", id, "err", err)
@@ -207,19 +156,9 @@ func (m *Module) ownedSubscription(ctx context.Context, p *auth.Principal, id st
 	return sub, nil
 }
 
-// closeCode is the close code after a refusal: 1011 when the check could
-// not be made (UNAVAILABLE, a temporary failure), 1008 when it failed.
-func closeCode(err error) int {
-	var he *httpx.Error
-	if errors.As(err, &he) && he.Code == httpx.CodeUnavailable {
-		return wsx.CloseInternalError
-	}
-	return wsx.ClosePolicyViolation
-}
-
-// handle answers one client frame; it returns false when the connection is
+// Handle answers one client frame; it returns false when the connection is
 // to close.
-func (s *session) handle(f *wsx.Frame) bool {
+func (s *session) Handle(f *wsx.Frame) bool {
 	switch f.Type {
 	case typePing:
 		return s.ping(f)
@@ -243,11 +182,10 @@ func (s *session) ping(f *wsx.Frame) bool {
 	}
 	sub, err := s.recheck(s.c.Context())
 	if err != nil {
-		_ = s.c.SendError(f.MessageID, err)
-		s.c.Close(closeCode(err), "ping check failed")
+		s.c.Refuse(f.MessageID, err, "ping check failed")
 		return false
 	}
-	s.reply(f, pingReply{ServerTime: httpx.FormatTime(db.Now()), Enabled: sub.Enabled})
+	s.c.Reply(f, typeReply, pingReply{ServerTime: httpx.FormatTime(db.Now()), Enabled: sub.Enabled})
 	return true
 }
 
@@ -290,8 +228,7 @@ func (s *session) recheck(ctx context.Context) (*subscriptions.Subscription, err
 func (s *session) allowed(ctx context.Context) bool {
 	if _, err := s.recheck(ctx); err != nil {
 		if ctx.Err() == nil {
-			_ = s.c.SendError("", err)
-			s.c.Close(closeCode(err), "credential check failed")
+			s.c.Refuse("", err, "credential check failed")
 		}
 		return false
 	}
@@ -350,38 +287,23 @@ func (s *session) acked(f *wsx.Frame, res subscriptions.AckResult, err error) {
 		_ = s.c.SendError(f.MessageID, err)
 		return
 	case auth.IsGrantError(err):
-		_ = s.c.SendError(f.MessageID, err)
-		s.c.Close(wsx.ClosePolicyViolation, "ack refused")
+		s.c.Fail(f.MessageID, err, wsx.ClosePolicyViolation, "ack refused")
 		return
 	case err != nil:
-		s.c.Logger().Warn("ack", "session_id", s.id, "err", err)
-		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "the ACK could not be recorded; reconnect and send it again"))
-		s.c.Close(wsx.CloseInternalError, "unavailable")
+		s.c.Unavailable(f.MessageID, "the ACK could not be recorded; reconnect and send it again", "ack", err)
 		return
 	}
 	if !res.Deduplicated {
-		select {
-		case s.freed <- struct{}{}:
-		default:
-		}
+		s.signalFreed()
 	}
-	s.reply(f, res)
+	s.c.Reply(f, typeReply, res)
 }
 
-func (s *session) reply(f *wsx.Frame, body any) {
-	r, err := wsx.NewFrame(typeReply, f.MessageID, body)
-	if err != nil {
-		s.c.Logger().Error("encode ack", "err", err)
-		return
-	}
-	_ = s.c.Send(r)
-}
-
-// dispatch claims deliveries for the connection whenever some may be
+// Dispatch claims deliveries for the connection whenever some may be
 // claimable and sends event.deliver for each persisted lease. It returns
 // when the connection ends. Before claiming on a poll it also materialises
 // the subscription, so that results committed on other nodes are found.
-func (s *session) dispatch() {
+func (s *session) Dispatch() {
 	ctx := s.c.Context()
 	ticker := time.NewTicker(s.m.cfg.PollInterval)
 	defer ticker.Stop()
@@ -406,22 +328,18 @@ func (s *session) dispatch() {
 		case err == nil, errors.Is(err, errClaimPoolFull), ctx.Err() != nil:
 		case errors.Is(err, subscriptions.ErrHistoryExpired):
 			// Never jump to the latest position: report and close (E-15).
-			_ = s.c.SendError("", err)
-			s.c.Close(wsx.ClosePolicyViolation, "event history expired")
+			s.c.Fail("", err, wsx.ClosePolicyViolation, "event history expired")
 			return
 		case auth.IsGrantError(err):
 			// The claim found the authorization gone: reported without
 			// reply_to, then closed (seed 001 §7).
-			_ = s.c.SendError("", err)
-			s.c.Close(wsx.ClosePolicyViolation, "credential check failed")
+			s.c.Fail("", err, wsx.ClosePolicyViolation, "credential check failed")
 			return
 		default:
 			// A temporary failure inside the connection is reported and
 			// closes it (seed 001 §7); the client reconnects with backoff,
 			// and its leases and proofs stay valid on the new connection.
-			s.c.Logger().Warn("claim", "session_id", s.id, "err", err)
-			_ = s.c.SendError("", httpx.Errorf(httpx.CodeUnavailable, "deliveries cannot be claimed now; reconnect"))
-			s.c.Close(wsx.CloseInternalError, "unavailable")
+			s.c.Unavailable("", "deliveries cannot be claimed now; reconnect", "claim", err)
 			return
 		}
 		for i := range leases {
@@ -455,42 +373,25 @@ func (s *session) dispatch() {
 // is not written is given back at once (deliveryUnsent). It returns false
 // when the connection is closing.
 func (s *session) deliver(l *subscriptions.Lease) bool {
-	f, err := wsx.NewFrame(typeDeliver, "", deliverBody{Delivery: l.Delivery.View(), Event: l.Event, LeaseSecret: l.Secret})
-	if err == nil {
-		err = s.c.Send(f)
-	}
-	if err == nil {
-		return true
-	}
-	s.deliveryUnsent(l, err)
-	return !errors.Is(err, wsx.ErrClosed)
+	body := deliverBody{Delivery: l.Delivery.View(), Event: l.Event, LeaseSecret: l.Secret}
+	return s.c.SendLease(typeDeliver, body, func(err error) { s.deliveryUnsent(l, err) })
 }
 
-// unsentDelay is how long a delivery whose event.deliver was not sent
-// waits before it is claimed again. A frame that could not be encoded will
-// not encode the next time either; the delay keeps such a delivery from
-// being claimed and given back in a loop.
-const unsentDelay = time.Second
-
-// deliveryUnsent logs why event.deliver of l was not sent and gives its
-// lease back, so that it neither holds the connection's capacity until it
-// runs out nor uses an attempt of the budget that no consumer saw. It runs
-// apart from the connection's context, which is usually canceled when the
-// frame could not be sent. A lease it cannot give back is recovered when
-// it runs out (E-16).
+// deliveryUnsent gives back the lease of l, whose event.deliver was not
+// sent (wsx.Conn.Unsent). A lease it cannot give back is recovered when it
+// runs out (E-16).
 func (s *session) deliveryUnsent(l *subscriptions.Lease, cause error) {
-	level := slog.LevelError
-	if errors.Is(cause, wsx.ErrClosed) {
-		level = slog.LevelWarn // the connection ended between claim and send
-	}
-	s.c.Logger().Log(context.Background(), level, "event.deliver not sent; giving the lease back",
-		"session_id", s.id, "delivery_id", l.Delivery.ID, "event_id", l.Event.ID, "err", cause)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.c.Context()), sessionCleanupTimeout)
-	defer cancel()
-	if _, err := s.m.subs.DeliveryUnsent(ctx, l, unsentDelay); err != nil {
-		s.c.Logger().Warn("give back unsent delivery; it expires instead", "session_id", s.id, "delivery_id", l.Delivery.ID, "err", err)
-		return
-	}
+	s.c.Unsent(typeDeliver, cause, func(ctx context.Context) error {
+		if _, err := s.m.subs.DeliveryUnsent(ctx, l, wsx.UnsentDelay); err != nil {
+			return err
+		}
+		s.signalFreed()
+		return nil
+	}, "delivery_id", l.Delivery.ID, "event_id", l.Event.ID)
+}
+
+// signalFreed wakes the dispatcher after a lease of the session ended.
+func (s *session) signalFreed() {
 	select {
 	case s.freed <- struct{}{}:
 	default:

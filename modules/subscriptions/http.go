@@ -48,24 +48,19 @@ type subscriptionReceipt struct {
 }
 
 func (m *Module) create(w http.ResponseWriter, r *http.Request) {
-	p := auth.FromContext(r.Context())
 	var req createRequest
-	raw, err := httpx.ReadJSON(r, &req)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	params, err := req.params(p)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	idem.Handle(w, r, m.db, p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-		s, err := subscriptionCreate(ctx, tx, m.log, params)
+	idem.Write(w, r, m.db, &req, func(p *auth.Principal) (idem.Change, error) {
+		params, err := req.params(p)
 		if err != nil {
-			return 0, nil, err
+			return nil, err
 		}
-		return http.StatusCreated, subscriptionReceipt{Subscription: s.view()}, nil
+		return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
+			s, err := subscriptionCreate(ctx, tx, m.log, params)
+			if err != nil {
+				return 0, nil, err
+			}
+			return http.StatusCreated, subscriptionReceipt{Subscription: s.view()}, nil
+		}, nil
 	})
 	m.wake.Notify()
 }
@@ -140,57 +135,45 @@ func (m *Module) loadOwned(r *http.Request) (*Subscription, error) {
 }
 
 func (m *Module) get(w http.ResponseWriter, r *http.Request) {
-	if _, err := httpx.Query(r); err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	s, err := m.loadOwned(r)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	httpx.WriteData(w, r, http.StatusOK, s.view())
+	httpx.Read(w, r, nil, func(map[string]string) (subscriptionView, error) {
+		s, err := m.loadOwned(r)
+		if err != nil {
+			return subscriptionView{}, err
+		}
+		return s.view(), nil
+	})
 }
 
 func (m *Module) list(w http.ResponseWriter, r *http.Request) {
-	q, err := httpx.Query(r, "queue_id", "limit", "cursor")
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	queueID, ok := q["queue_id"]
-	if !ok {
-		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "query parameter queue_id is required"))
-		return
-	}
-	if !httpx.ValidID(queueID) {
-		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "queue_id must be 32 lowercase hex characters"))
-		return
-	}
-	limit, err := httpx.Limit(q)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	p := auth.FromContext(r.Context())
-	if !p.HasQueue(queueID) {
-		httpx.WriteError(w, r, auth.ErrNotFound("queue"))
-		return
-	}
-	binding := "subscriptions|" + p.CredentialID + "|" + p.NamespaceID + "|queue=" + queueID
-	after, err := httpx.CursorParam(q, binding)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	rows, err := subscriptionList(r.Context(), m.db, &subscriptionListParams{QueueID: queueID, CredentialID: p.CredentialID, Limit: limit, After: after})
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	httpx.WriteData(w, r, http.StatusOK, httpx.NewPage(rows, limit, binding,
-		func(s *Subscription) (time.Time, string) { return s.CreatedAt, s.ID },
-		func(s *Subscription) subscriptionView { return s.view() }))
+	httpx.Read(w, r, []string{"queue_id", "limit", "cursor"}, func(q map[string]string) (page httpx.Page[subscriptionView], err error) {
+		queueID, ok := q["queue_id"]
+		if !ok {
+			return page, httpx.Errorf(httpx.CodeInvalidArgument, "query parameter queue_id is required")
+		}
+		if !httpx.ValidID(queueID) {
+			return page, httpx.Errorf(httpx.CodeInvalidArgument, "queue_id must be 32 lowercase hex characters")
+		}
+		limit, err := httpx.Limit(q)
+		if err != nil {
+			return page, err
+		}
+		p := auth.FromContext(r.Context())
+		if !p.HasQueue(queueID) {
+			return page, auth.ErrNotFound("queue")
+		}
+		binding := "subscriptions|" + p.CredentialID + "|" + p.NamespaceID + "|queue=" + queueID
+		after, err := httpx.CursorParam(q, binding)
+		if err != nil {
+			return page, err
+		}
+		rows, err := subscriptionList(r.Context(), m.db, &subscriptionListParams{QueueID: queueID, CredentialID: p.CredentialID, Limit: limit, After: after})
+		if err != nil {
+			return page, err
+		}
+		return httpx.NewPage(rows, limit, binding,
+			func(s *Subscription) (time.Time, string) { return s.CreatedAt, s.ID },
+			func(s *Subscription) subscriptionView { return s.view() }), nil
+	})
 }
 
 type configureRequest struct {
@@ -201,80 +184,65 @@ type configureRequest struct {
 
 func (m *Module) configure(w http.ResponseWriter, r *http.Request) {
 	var req configureRequest
-	raw, err := httpx.ReadJSON(r, &req)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	if err := httpx.Required(
-		httpx.Field{Path: "expected_revision", Present: req.ExpectedRevision != nil},
-		httpx.Field{Path: "enabled", Present: req.Enabled != nil},
-		httpx.Field{Path: "reason", Present: req.Reason != nil},
-	); err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	if err := checkReason(*req.Reason); err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	s, err := m.loadOwned(r)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	p := auth.FromContext(r.Context())
-	idem.Handle(w, r, m.db, p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-		after, err := subscriptionConfigure(ctx, tx, &subscriptionConfigureParams{
-			ID: s.ID, CredentialID: p.CredentialID, ExpectedRevision: uint64(*req.ExpectedRevision),
-			Enabled: *req.Enabled, Reason: *req.Reason,
-		})
-		if err != nil {
-			return 0, nil, err
+	idem.Write(w, r, m.db, &req, func(p *auth.Principal) (idem.Change, error) {
+		if err := httpx.Required(
+			httpx.Field{Path: "expected_revision", Present: req.ExpectedRevision != nil},
+			httpx.Field{Path: "enabled", Present: req.Enabled != nil},
+			httpx.Field{Path: "reason", Present: req.Reason != nil},
+		); err != nil {
+			return nil, err
 		}
-		return http.StatusOK, subscriptionReceipt{Subscription: after.view()}, nil
+		if err := checkReason(*req.Reason); err != nil {
+			return nil, err
+		}
+		s, err := m.loadOwned(r)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
+			after, err := subscriptionConfigure(ctx, tx, &subscriptionConfigureParams{
+				ID: s.ID, CredentialID: p.CredentialID, ExpectedRevision: uint64(*req.ExpectedRevision),
+				Enabled: *req.Enabled, Reason: *req.Reason,
+			})
+			if err != nil {
+				return 0, nil, err
+			}
+			return http.StatusOK, subscriptionReceipt{Subscription: after.view()}, nil
+		}, nil
 	})
 	m.wake.Notify()
 }
 
 func (m *Module) listDeliveries(w http.ResponseWriter, r *http.Request) {
-	q, err := httpx.Query(r, "limit", "cursor", "state")
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	state := q["state"]
-	switch state {
-	case "", statePending, stateLeased, StateAcked, stateExpired:
-	default:
-		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "state must be PENDING, LEASED, ACKED or EXPIRED"))
-		return
-	}
-	limit, err := httpx.Limit(q)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	s, err := m.loadOwned(r)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	p := auth.FromContext(r.Context())
-	binding := "deliveries|" + s.ID + "|" + p.CredentialID + "|" + p.NamespaceID + "|state=" + state
-	after, err := httpx.CursorParam(q, binding)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	rows, err := deliveryList(r.Context(), m.db, &deliveryListParams{SubscriptionID: s.ID, State: state, Limit: limit, After: after})
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	httpx.WriteData(w, r, http.StatusOK, httpx.NewPage(rows, limit, binding,
-		func(d *Delivery) (time.Time, string) { return d.CreatedAt, d.ID },
-		func(d *Delivery) DeliveryView { return d.View() }))
+	httpx.Read(w, r, []string{"limit", "cursor", "state"}, func(q map[string]string) (page httpx.Page[DeliveryView], err error) {
+		state := q["state"]
+		switch state {
+		case "", statePending, stateLeased, StateAcked, stateExpired:
+		default:
+			return page, httpx.Errorf(httpx.CodeInvalidArgument, "state must be PENDING, LEASED, ACKED or EXPIRED")
+		}
+		limit, err := httpx.Limit(q)
+		if err != nil {
+			return page, err
+		}
+		s, err := m.loadOwned(r)
+		if err != nil {
+			return page, err
+		}
+		p := auth.FromContext(r.Context())
+		binding := "deliveries|" + s.ID + "|" + p.CredentialID + "|" + p.NamespaceID + "|state=" + state
+		after, err := httpx.CursorParam(q, binding)
+		if err != nil {
+			return page, err
+		}
+		rows, err := deliveryList(r.Context(), m.db, &deliveryListParams{SubscriptionID: s.ID, State: state, Limit: limit, After: after})
+		if err != nil {
+			return page, err
+		}
+		return httpx.NewPage(rows, limit, binding,
+			func(d *Delivery) (time.Time, string) { return d.CreatedAt, d.ID },
+			func(d *Delivery) DeliveryView { return d.View() }), nil
+	})
 }
 
 type deliveryDetail struct {
@@ -297,30 +265,25 @@ func (m *Module) loadDelivery(r *http.Request, s *Subscription) (*Delivery, erro
 }
 
 func (m *Module) getDelivery(w http.ResponseWriter, r *http.Request) {
-	if _, err := httpx.Query(r); err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	s, err := m.loadOwned(r)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	d, err := m.loadDelivery(r, s)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	ev, err := m.log.EventGet(r.Context(), m.db, s.QueueID, d.EventID)
-	if errors.Is(err, sql.ErrNoRows) {
-		// Retention purges the events of acknowledged deliveries.
-		err = httpx.Errorf(httpx.CodeEventHistoryExpired, "the event of this delivery was purged by retention")
-	}
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	httpx.WriteData(w, r, http.StatusOK, deliveryDetail{Delivery: d.View(), Event: ev})
+	httpx.Read(w, r, nil, func(map[string]string) (detail deliveryDetail, err error) {
+		s, err := m.loadOwned(r)
+		if err != nil {
+			return detail, err
+		}
+		d, err := m.loadDelivery(r, s)
+		if err != nil {
+			return detail, err
+		}
+		ev, err := m.log.EventGet(r.Context(), m.db, s.QueueID, d.EventID)
+		if errors.Is(err, sql.ErrNoRows) {
+			// Retention purges the events of acknowledged deliveries.
+			err = httpx.Errorf(httpx.CodeEventHistoryExpired, "the event of this delivery was purged by retention")
+		}
+		if err != nil {
+			return detail, err
+		}
+		return deliveryDetail{Delivery: d.View(), Event: ev}, nil
+	})
 }
 
 type retryRequest struct {
@@ -335,47 +298,38 @@ type deliveryReceipt struct {
 
 func (m *Module) retry(w http.ResponseWriter, r *http.Request) {
 	var req retryRequest
-	raw, err := httpx.ReadJSON(r, &req)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	if err := httpx.Required(
-		httpx.Field{Path: "expected_revision", Present: req.ExpectedRevision != nil},
-		httpx.Field{Path: "reason", Present: req.Reason != nil},
-		httpx.Field{Path: "additional_attempts", Present: req.AdditionalAttempts != nil},
-	); err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	if err := checkReason(*req.Reason); err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	if n := *req.AdditionalAttempts; n < 1 || n > maxAdditionalAttempts {
-		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "additional_attempts must be 1 to %d", maxAdditionalAttempts))
-		return
-	}
-	s, err := m.loadOwned(r)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	d, err := m.loadDelivery(r, s)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	p := auth.FromContext(r.Context())
-	idem.Handle(w, r, m.db, p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-		after, err := deliveryRetry(ctx, tx, &deliveryRetryParams{
-			SubscriptionID: s.ID, ID: d.ID, CredentialID: p.CredentialID,
-			ExpectedRevision: uint64(*req.ExpectedRevision), AdditionalAttempts: *req.AdditionalAttempts, Reason: *req.Reason,
-		})
-		if err != nil {
-			return 0, nil, err
+	idem.Write(w, r, m.db, &req, func(p *auth.Principal) (idem.Change, error) {
+		if err := httpx.Required(
+			httpx.Field{Path: "expected_revision", Present: req.ExpectedRevision != nil},
+			httpx.Field{Path: "reason", Present: req.Reason != nil},
+			httpx.Field{Path: "additional_attempts", Present: req.AdditionalAttempts != nil},
+		); err != nil {
+			return nil, err
 		}
-		return http.StatusOK, deliveryReceipt{Delivery: after.View()}, nil
+		if err := checkReason(*req.Reason); err != nil {
+			return nil, err
+		}
+		if n := *req.AdditionalAttempts; n < 1 || n > maxAdditionalAttempts {
+			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "additional_attempts must be 1 to %d", maxAdditionalAttempts)
+		}
+		s, err := m.loadOwned(r)
+		if err != nil {
+			return nil, err
+		}
+		d, err := m.loadDelivery(r, s)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
+			after, err := deliveryRetry(ctx, tx, &deliveryRetryParams{
+				SubscriptionID: s.ID, ID: d.ID, CredentialID: p.CredentialID,
+				ExpectedRevision: uint64(*req.ExpectedRevision), AdditionalAttempts: *req.AdditionalAttempts, Reason: *req.Reason,
+			})
+			if err != nil {
+				return 0, nil, err
+			}
+			return http.StatusOK, deliveryReceipt{Delivery: after.View()}, nil
+		}, nil
 	})
 	m.claimable.Notify()
 }

@@ -18,7 +18,7 @@ const subscriptionColumns = `s.id, s.namespace_id, s.queue_id, s.credential_id, 
 	s.cursor_sequence, s.max_pending, s.max_attempts, s.created_at, s.updated_at,
 	(SELECT COUNT(*) FROM event_deliveries d WHERE d.subscription_id = s.id AND d.state IN ('PENDING', 'LEASED', 'EXPIRED'))`
 
-type scanner interface{ Scan(dest ...any) error }
+type scanner = db.Scanner
 
 func scanSubscription(row scanner) (*Subscription, error) {
 	var (
@@ -138,26 +138,12 @@ type subscriptionListParams struct {
 func subscriptionList(ctx context.Context, q Querier, p *subscriptionListParams) ([]*Subscription, error) {
 	query := `SELECT ` + subscriptionColumns + ` FROM subscriptions s WHERE s.queue_id = ? AND s.credential_id = ?`
 	args := []any{p.QueueID, p.CredentialID}
-	if p.After != nil {
-		query += ` AND (s.created_at < ? OR (s.created_at = ? AND s.id < ?))`
-		args = append(args, p.After.CreatedAt, p.After.CreatedAt, p.After.ID)
-	}
-	query += ` ORDER BY s.created_at DESC, s.id DESC LIMIT ?`
-	args = append(args, p.Limit+1)
-	rows, err := q.QueryContext(ctx, query, args...)
+	query, args = httpx.PageSQL(query, args, "s.", p.After, p.Limit)
+	out, err := db.QueryAll(ctx, q, scanSubscription, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("subscriptions: list: %w", err)
 	}
-	defer rows.Close()
-	var out []*Subscription
-	for rows.Next() {
-		s, err := scanSubscription(rows)
-		if err != nil {
-			return nil, fmt.Errorf("subscriptions: list: %w", err)
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // subscriptionConfigureParams change a subscription's enabled flag.
@@ -250,12 +236,7 @@ func deliveryList(ctx context.Context, q Querier, p *deliveryListParams) ([]*Del
 		query += ` AND state = ?`
 		args = append(args, p.State)
 	}
-	if p.After != nil {
-		query += ` AND (created_at < ? OR (created_at = ? AND id < ?))`
-		args = append(args, p.After.CreatedAt, p.After.CreatedAt, p.After.ID)
-	}
-	query += ` ORDER BY created_at DESC, id DESC LIMIT ?`
-	args = append(args, p.Limit+1)
+	query, args = httpx.PageSQL(query, args, "", p.After, p.Limit)
 	out, err := queryDeliveries(ctx, q, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("subscriptions: list deliveries: %w", err)
@@ -266,20 +247,7 @@ func deliveryList(ctx context.Context, q Querier, p *deliveryListParams) ([]*Del
 // queryDeliveries runs a query that selects deliveryColumns and returns
 // the deliveries in order.
 func queryDeliveries(ctx context.Context, q Querier, query string, args ...any) ([]*Delivery, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*Delivery
-	for rows.Next() {
-		d, err := scanDelivery(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	return db.QueryAll(ctx, q, scanDelivery, query, args...)
 }
 
 // deliveryRetryParams describe a manual retry of an EXPIRED delivery.

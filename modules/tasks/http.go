@@ -47,53 +47,44 @@ type taskReceipt struct {
 }
 
 func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
-	p := auth.FromContext(r.Context())
 	var req submitRequest
-	raw, err := httpx.ReadJSON(r, &req)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	if err := httpx.Required(
-		httpx.Field{Path: "queue_id", Present: req.QueueID != nil},
-		httpx.Field{Path: "input", Present: req.Input != nil},
-	); err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	if !httpx.ValidID(*req.QueueID) {
-		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "queue_id must be 32 lowercase hex characters"))
-		return
-	}
-	input := bytes.TrimSpace(req.Input)
-	if len(input) > MaxInputBytes {
-		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "input exceeds %d bytes", MaxInputBytes))
-		return
-	}
-	maxAttempts := DefaultMaxAttempts
-	if req.MaxAttempts != nil {
-		if *req.MaxAttempts < 1 || *req.MaxAttempts > maxMaxAttempts {
-			httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "max_attempts must be between 1 and %d", maxMaxAttempts))
-			return
+	idem.Write(w, r, m.store.pool(), &req, func(p *auth.Principal) (idem.Change, error) {
+		if err := httpx.Required(
+			httpx.Field{Path: "queue_id", Present: req.QueueID != nil},
+			httpx.Field{Path: "input", Present: req.Input != nil},
+		); err != nil {
+			return nil, err
 		}
-		maxAttempts = *req.MaxAttempts
-	}
-	if !p.HasQueue(*req.QueueID) {
-		httpx.WriteError(w, r, auth.ErrNotFound("queue"))
-		return
-	}
-	idempotent := req.Idempotent != nil && *req.Idempotent
-	idem.Handle(w, r, m.store.pool(), p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-		t, err := TaskInsert(ctx, tx, &TaskInsertParams{
-			NamespaceID: p.NamespaceID, QueueID: *req.QueueID, CredentialID: p.CredentialID,
-			Input: input, Idempotent: idempotent, MaxAttempts: maxAttempts,
-		})
-		if err != nil {
-			return 0, nil, err
+		if !httpx.ValidID(*req.QueueID) {
+			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "queue_id must be 32 lowercase hex characters")
 		}
-		return http.StatusCreated, taskReceipt{Task: t.view(false)}, nil
+		input := bytes.TrimSpace(req.Input)
+		if len(input) > MaxInputBytes {
+			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "input exceeds %d bytes", MaxInputBytes)
+		}
+		maxAttempts := DefaultMaxAttempts
+		if req.MaxAttempts != nil {
+			if *req.MaxAttempts < 1 || *req.MaxAttempts > maxMaxAttempts {
+				return nil, httpx.Errorf(httpx.CodeInvalidArgument, "max_attempts must be between 1 and %d", maxMaxAttempts)
+			}
+			maxAttempts = *req.MaxAttempts
+		}
+		if !p.HasQueue(*req.QueueID) {
+			return nil, auth.ErrNotFound("queue")
+		}
+		idempotent := req.Idempotent != nil && *req.Idempotent
+		return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
+			t, err := TaskInsert(ctx, tx, &TaskInsertParams{
+				NamespaceID: p.NamespaceID, QueueID: *req.QueueID, CredentialID: p.CredentialID,
+				Input: input, Idempotent: idempotent, MaxAttempts: maxAttempts,
+			})
+			if err != nil {
+				return 0, nil, err
+			}
+			return http.StatusCreated, taskReceipt{Task: t.view(false)}, nil
+		}, nil
 	})
-	// Handle returns after the commit: wake the workers of this node now.
+	// Write returns after the commit: wake the workers of this node now.
 	m.store.submitted.Notify()
 }
 
@@ -119,64 +110,51 @@ func (m *Module) loadVisible(r *http.Request) (*Task, error) {
 }
 
 func (m *Module) get(w http.ResponseWriter, r *http.Request) {
-	if _, err := httpx.Query(r); err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	t, err := m.loadVisible(r)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	httpx.WriteData(w, r, http.StatusOK, t.view(true))
+	httpx.Read(w, r, nil, func(map[string]string) (TaskView, error) {
+		t, err := m.loadVisible(r)
+		if err != nil {
+			return TaskView{}, err
+		}
+		return t.view(true), nil
+	})
 }
 
 func (m *Module) list(w http.ResponseWriter, r *http.Request) {
-	q, err := httpx.Query(r, "queue_id", "state", "limit", "cursor")
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	queueID, ok := q["queue_id"]
-	if !ok {
-		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "query parameter queue_id is required"))
-		return
-	}
-	if !httpx.ValidID(queueID) {
-		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "queue_id must be 32 lowercase hex characters"))
-		return
-	}
-	state := q["state"]
-	switch state {
-	case "", StatePending, StateRunning, StateSucceeded, StateFailed, StateCancelled, StateNeedsReview:
-	default:
-		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "state must be one of PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, NEEDS_REVIEW"))
-		return
-	}
-	limit, err := httpx.Limit(q)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	p := auth.FromContext(r.Context())
-	if !p.HasQueue(queueID) {
-		httpx.WriteError(w, r, auth.ErrNotFound("queue"))
-		return
-	}
-	binding := "tasks|" + p.CredentialID + "|" + p.NamespaceID + "|queue=" + queueID + "|state=" + state
-	after, err := httpx.CursorParam(q, binding)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	rows, err := taskList(r.Context(), m.store.pool(), &taskListParams{QueueID: queueID, State: state, Limit: limit, After: after})
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	httpx.WriteData(w, r, http.StatusOK, httpx.NewPage(rows, limit, binding,
-		func(t *Task) (time.Time, string) { return t.CreatedAt, t.ID },
-		func(t *Task) TaskView { return t.view(false) }))
+	httpx.Read(w, r, []string{"queue_id", "state", "limit", "cursor"}, func(q map[string]string) (page httpx.Page[TaskView], err error) {
+		queueID, ok := q["queue_id"]
+		if !ok {
+			return page, httpx.Errorf(httpx.CodeInvalidArgument, "query parameter queue_id is required")
+		}
+		if !httpx.ValidID(queueID) {
+			return page, httpx.Errorf(httpx.CodeInvalidArgument, "queue_id must be 32 lowercase hex characters")
+		}
+		state := q["state"]
+		switch state {
+		case "", StatePending, StateRunning, StateSucceeded, StateFailed, StateCancelled, StateNeedsReview:
+		default:
+			return page, httpx.Errorf(httpx.CodeInvalidArgument, "state must be one of PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, NEEDS_REVIEW")
+		}
+		limit, err := httpx.Limit(q)
+		if err != nil {
+			return page, err
+		}
+		p := auth.FromContext(r.Context())
+		if !p.HasQueue(queueID) {
+			return page, auth.ErrNotFound("queue")
+		}
+		binding := "tasks|" + p.CredentialID + "|" + p.NamespaceID + "|queue=" + queueID + "|state=" + state
+		after, err := httpx.CursorParam(q, binding)
+		if err != nil {
+			return page, err
+		}
+		rows, err := taskList(r.Context(), m.store.pool(), &taskListParams{QueueID: queueID, State: state, Limit: limit, After: after})
+		if err != nil {
+			return page, err
+		}
+		return httpx.NewPage(rows, limit, binding,
+			func(t *Task) (time.Time, string) { return t.CreatedAt, t.ID },
+			func(t *Task) TaskView { return t.view(false) }), nil
+	})
 }
 
 type cancelRequest struct {
@@ -185,38 +163,32 @@ type cancelRequest struct {
 
 func (m *Module) cancel(w http.ResponseWriter, r *http.Request) {
 	var req cancelRequest
-	raw, err := httpx.ReadJSON(r, &req)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	reason := ""
-	if req.Reason != nil {
-		reason = *req.Reason
-		if utf8.RuneCountInString(reason) > maxReasonChars {
-			httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "reason exceeds %d characters", maxReasonChars))
-			return
+	idem.Write(w, r, m.store.pool(), &req, func(p *auth.Principal) (idem.Change, error) {
+		reason := ""
+		if req.Reason != nil {
+			reason = *req.Reason
+			if utf8.RuneCountInString(reason) > maxReasonChars {
+				return nil, httpx.Errorf(httpx.CodeInvalidArgument, "reason exceeds %d characters", maxReasonChars)
+			}
 		}
-	}
-	t, err := m.loadVisible(r)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	p := auth.FromContext(r.Context())
-	idem.Handle(w, r, m.store.pool(), p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-		after, _, err := TaskCancel(ctx, tx, t.ID, reason)
+		t, err := m.loadVisible(r)
 		if err != nil {
-			return 0, nil, err
+			return nil, err
 		}
-		if err := m.audit.Audit(ctx, tx, audit.Record{
-			NamespaceID: p.NamespaceID, CredentialID: p.CredentialID, Action: "task.cancel", SubjectID: t.ID, Reason: reason,
-		}); err != nil {
-			return 0, nil, err
-		}
-		return http.StatusOK, taskReceipt{Task: after.view(false)}, nil
+		return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
+			after, _, err := TaskCancel(ctx, tx, t.ID, reason)
+			if err != nil {
+				return 0, nil, err
+			}
+			if err := m.audit.Audit(ctx, tx, audit.Record{
+				NamespaceID: p.NamespaceID, CredentialID: p.CredentialID, Action: "task.cancel", SubjectID: t.ID, Reason: reason,
+			}); err != nil {
+				return 0, nil, err
+			}
+			return http.StatusOK, taskReceipt{Task: after.view(false)}, nil
+		}, nil
 	})
-	// Handle returns after the commit: a PENDING task was cancelled (an
+	// Write returns after the commit: a PENDING task was cancelled (an
 	// append) or a RUNNING one got its cancel request.
 	m.store.appended.Notify()
 	m.store.cancelRequested.Notify()
@@ -231,63 +203,53 @@ type reviewRequest struct {
 
 func (m *Module) review(w http.ResponseWriter, r *http.Request) {
 	var req reviewRequest
-	raw, err := httpx.ReadJSON(r, &req)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	if err := httpx.Required(
-		httpx.Field{Path: "expected_revision", Present: req.ExpectedRevision != nil},
-		httpx.Field{Path: "resolution", Present: req.Resolution != nil},
-		httpx.Field{Path: "reason", Present: req.Reason != nil},
-	); err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	switch *req.Resolution {
-	case resolutionRequeue, ResolutionSucceeded, resolutionFailed:
-	default:
-		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "resolution must be requeue, succeeded or failed"))
-		return
-	}
-	if n := utf8.RuneCountInString(*req.Reason); n == 0 || n > maxReasonChars {
-		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "reason must be 1 to %d characters", maxReasonChars))
-		return
-	}
-	var result []byte
-	if req.Result != nil {
-		if *req.Resolution == resolutionRequeue {
-			httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "result is not allowed with resolution requeue"))
-			return
+	idem.Write(w, r, m.store.pool(), &req, func(p *auth.Principal) (idem.Change, error) {
+		if err := httpx.Required(
+			httpx.Field{Path: "expected_revision", Present: req.ExpectedRevision != nil},
+			httpx.Field{Path: "resolution", Present: req.Resolution != nil},
+			httpx.Field{Path: "reason", Present: req.Reason != nil},
+		); err != nil {
+			return nil, err
 		}
-		result = bytes.TrimSpace(req.Result)
-		if len(result) > MaxInputBytes {
-			httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "result exceeds %d bytes", MaxInputBytes))
-			return
+		switch *req.Resolution {
+		case resolutionRequeue, ResolutionSucceeded, resolutionFailed:
+		default:
+			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "resolution must be requeue, succeeded or failed")
 		}
-	}
-	t, err := m.loadVisible(r)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	p := auth.FromContext(r.Context())
-	idem.Handle(w, r, m.store.pool(), p.CredentialID, raw, func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-		after, _, err := TaskReview(ctx, tx, &TaskReviewParams{
-			ID: t.ID, ExpectedRevision: uint64(*req.ExpectedRevision), Resolution: *req.Resolution,
-			Reason: *req.Reason, Result: result,
-		})
+		if n := utf8.RuneCountInString(*req.Reason); n == 0 || n > maxReasonChars {
+			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "reason must be 1 to %d characters", maxReasonChars)
+		}
+		var result []byte
+		if req.Result != nil {
+			if *req.Resolution == resolutionRequeue {
+				return nil, httpx.Errorf(httpx.CodeInvalidArgument, "result is not allowed with resolution requeue")
+			}
+			result = bytes.TrimSpace(req.Result)
+			if len(result) > MaxInputBytes {
+				return nil, httpx.Errorf(httpx.CodeInvalidArgument, "result exceeds %d bytes", MaxInputBytes)
+			}
+		}
+		t, err := m.loadVisible(r)
 		if err != nil {
-			return 0, nil, err
+			return nil, err
 		}
-		if err := m.audit.Audit(ctx, tx, audit.Record{
-			NamespaceID: p.NamespaceID, CredentialID: p.CredentialID, Action: "task.review." + *req.Resolution, SubjectID: t.ID, Reason: *req.Reason,
-		}); err != nil {
-			return 0, nil, err
-		}
-		return http.StatusOK, taskReceipt{Task: after.view(false)}, nil
+		return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
+			after, _, err := TaskReview(ctx, tx, &TaskReviewParams{
+				ID: t.ID, ExpectedRevision: uint64(*req.ExpectedRevision), Resolution: *req.Resolution,
+				Reason: *req.Reason, Result: result,
+			})
+			if err != nil {
+				return 0, nil, err
+			}
+			if err := m.audit.Audit(ctx, tx, audit.Record{
+				NamespaceID: p.NamespaceID, CredentialID: p.CredentialID, Action: "task.review." + *req.Resolution, SubjectID: t.ID, Reason: *req.Reason,
+			}); err != nil {
+				return 0, nil, err
+			}
+			return http.StatusOK, taskReceipt{Task: after.view(false)}, nil
+		}, nil
 	})
-	// Handle returns after the commit: the review appended a result or
+	// Write returns after the commit: the review appended a result or
 	// made the task PENDING again.
 	m.store.appended.Notify()
 	m.store.submitted.Notify()

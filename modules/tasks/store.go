@@ -97,7 +97,7 @@ const taskColumns = `id, namespace_id, queue_id, credential_id, state, revision,
 	effect_uncertain, cancel_requested, current_attempt_id, lease_epoch, input, result, error_code, error_message,
 	available_at, created_at, updated_at, finished_at`
 
-type scanner interface{ Scan(dest ...any) error }
+type scanner = db.Scanner
 
 func scanTask(row scanner) (*Task, error) {
 	var (
@@ -247,26 +247,12 @@ func taskList(ctx context.Context, q Querier, p *taskListParams) ([]*Task, error
 		query += ` AND state = ?`
 		args = append(args, p.State)
 	}
-	if p.After != nil {
-		query += ` AND (created_at < ? OR (created_at = ? AND id < ?))`
-		args = append(args, p.After.CreatedAt, p.After.CreatedAt, p.After.ID)
-	}
-	query += ` ORDER BY created_at DESC, id DESC LIMIT ?`
-	args = append(args, p.Limit+1)
-	rows, err := q.QueryContext(ctx, query, args...)
+	query, args = httpx.PageSQL(query, args, "", p.After, p.Limit)
+	out, err := db.QueryAll(ctx, q, scanTask, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: list: %w", err)
 	}
-	defer rows.Close()
-	var out []*Task
-	for rows.Next() {
-		t, err := scanTask(rows)
-		if err != nil {
-			return nil, fmt.Errorf("tasks: list: %w", err)
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // ErrStateConflict is returned when a task's state does not allow an action.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -29,9 +28,6 @@ const (
 	typePing     = "worker.ping"
 	typeAck      = "ack"
 )
-
-// sessionCleanupTimeout bounds the database work after a connection ends.
-const sessionCleanupTimeout = 5 * time.Second
 
 // maxResume is the largest number of lease proofs a worker.hello may carry
 // in resume, as many as the largest capacity.
@@ -110,6 +106,86 @@ type releaseAck struct {
 	Released  bool   `json:"released"`
 }
 
+// connect serves one worker connection: hello, welcome, then requests until
+// the connection ends. The session's dispatcher leases tasks and sends
+// task.assign and task.cancel frames, apart from the request loop, so that
+// pings and completions never wait behind leasing.
+func (m *Module) connect(w http.ResponseWriter, r *http.Request) {
+	m.entry.Serve(w, r, typeHello, m.hello)
+}
+
+// hello answers worker.hello: it records the session, adopts the leases the
+// hello resumes and answers worker.welcome.
+func (m *Module) hello(c *wsx.Conn, f *wsx.Frame, r *http.Request) (wsx.Session, error) {
+	var body helloBody
+	if err := wsx.DecodeBody(f, &body); err != nil {
+		return nil, err
+	}
+	if err := wsx.CheckHello("queue_id", body.QueueID, body.Capacity, maxCapacity); err != nil {
+		return nil, err
+	}
+	name := ""
+	if body.WorkerName != nil {
+		name = *body.WorkerName
+		if !httpx.ValidName(name, 128) {
+			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "body.worker_name must be a valid name of at most 128 characters")
+		}
+	}
+	resume, err := resumeProofs(body.Resume, *body.Capacity, *body.QueueID)
+	if err != nil {
+		return nil, err
+	}
+	p := c.Principal()
+	if !p.HasQueue(*body.QueueID) {
+		return nil, auth.ErrNotFound("queue")
+	}
+	const unavailable = "the session could not be recorded; reconnect"
+	store := m.tasks
+	id, err := store.WorkerSessionOpen(c.Context(), &tasks.WorkerSessionOpenParams{
+		QueueID: *body.QueueID, CredentialID: p.CredentialID, WorkerName: name, Capacity: *body.Capacity,
+	})
+	if err != nil {
+		c.Unavailable(f.MessageID, unavailable, "open worker session", err)
+		return nil, nil
+	}
+	// Leases the worker still runs move to this session before the welcome,
+	// so that its pings renew them and its dispatcher counts them.
+	resumed := []string{}
+	if len(resume) > 0 {
+		adopted, err := store.WorkerSessionAdopt(c.Context(), id, resume, m.cfg.LeaseDuration)
+		if err != nil {
+			m.closeSession(id)
+			c.Unavailable(f.MessageID, unavailable, "adopt resumed leases", err)
+			return nil, nil
+		}
+		resumed = append(resumed, adopted...)
+	}
+	if err := c.Welcome(id, f, typeWelcome, welcomeBody{
+		SessionID: id, QueueID: *body.QueueID, Capacity: *body.Capacity,
+		LeaseDurationMS:     m.cfg.LeaseDuration.Milliseconds(),
+		HeartbeatIntervalMS: m.cfg.HeartbeatInterval.Milliseconds(),
+		ServerTime:          httpx.FormatTime(db.Now()),
+		Resumed:             resumed,
+	}); err != nil {
+		// The connection ended before its welcome: the session never
+		// started, so it is closed at once.
+		m.closeSession(id)
+		return nil, nil
+	}
+	return &session{m: m, c: c, id: id, queueID: *body.QueueID, authHeader: r.Header.Get("Authorization"),
+		freed: make(chan struct{}, 1), completions: batch.NewWaiting(completionsPerConnection)}, nil
+}
+
+// closeSession marks a recorded session closed, within its own bounded
+// context since the connection's has usually ended.
+func (m *Module) closeSession(id string) {
+	ctx, cancel := wsx.CleanupContext(context.Background())
+	defer cancel()
+	if err := m.tasks.WorkerSessionClose(ctx, id); err != nil {
+		m.logger.Warn("close worker session", "session_id", id, "err", err)
+	}
+}
+
 // session is one worker connection after its hello.
 type session struct {
 	m          *Module
@@ -125,143 +201,16 @@ type session struct {
 	completions *batch.Waiting
 }
 
-// connect serves one worker connection: hello, welcome, then requests until
-// the connection ends. A dispatcher goroutine leases tasks and sends
-// task.assign and task.cancel frames, apart from this request loop, so that
-// pings and completions never wait behind leasing.
-func (m *Module) connect(w http.ResponseWriter, r *http.Request) {
-	c, err := m.entry.Upgrade(w, r)
-	if err != nil {
-		return
-	}
-	defer c.Close(wsx.CloseNormal, "")
-	s, err := m.hello(c, r.Header.Get("Authorization"))
-	if err != nil || s == nil {
-		return
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), sessionCleanupTimeout)
-		defer cancel()
-		if err := m.tasks.WorkerSessionClose(ctx, s.id); err != nil {
-			m.logger.Warn("close worker session", "session_id", s.id, "err", err)
-		}
-	}()
-	defer s.completions.Wait()
-	dispatched := make(chan struct{})
-	go func() {
-		defer close(dispatched)
-		s.dispatch()
-	}()
-	defer func() { <-dispatched }()
-	defer c.Close(wsx.CloseNormal, "")
-	for {
-		f, err := c.Recv(c.Context())
-		if err != nil {
-			return
-		}
-		if !s.handle(f) {
-			return
-		}
-	}
+// End waits for the answers of the completions still in a batch, then
+// closes the session's record.
+func (s *session) End() {
+	s.completions.Wait()
+	s.m.closeSession(s.id)
 }
 
-// hello reads and answers worker.hello. It returns nil after having sent an
-// error and closed the connection.
-func (m *Module) hello(c *wsx.Conn, authHeader string) (*session, error) {
-	f, err := c.Recv(c.Context())
-	if err != nil {
-		return nil, err
-	}
-	fail := func(err error) (*session, error) {
-		_ = c.SendError(f.MessageID, err)
-		c.Close(wsx.ClosePolicyViolation, "hello refused")
-		return nil, nil
-	}
-	if f.Type != typeHello || f.ReplyTo != "" || f.Error != nil {
-		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "the first frame must be worker.hello without reply_to or error"))
-	}
-	var body helloBody
-	if err := wsx.DecodeBody(f, &body); err != nil {
-		return fail(err)
-	}
-	if err := httpx.Required(
-		httpx.Field{Path: "body.queue_id", Present: body.QueueID != nil},
-		httpx.Field{Path: "body.capacity", Present: body.Capacity != nil},
-	); err != nil {
-		return fail(err)
-	}
-	if *body.Capacity < 1 || *body.Capacity > maxCapacity {
-		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.capacity must be between 1 and %d", maxCapacity))
-	}
-	if !httpx.ValidID(*body.QueueID) {
-		return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.queue_id must be 32 lowercase hex characters"))
-	}
-	name := ""
-	if body.WorkerName != nil {
-		name = *body.WorkerName
-		if !httpx.ValidName(name, 128) {
-			return fail(httpx.Errorf(httpx.CodeInvalidArgument, "body.worker_name must be a valid name of at most 128 characters"))
-		}
-	}
-	resume, err := resumeProofs(body.Resume, *body.Capacity, *body.QueueID)
-	if err != nil {
-		return fail(err)
-	}
-	p := c.Principal()
-	if !p.HasQueue(*body.QueueID) {
-		return fail(auth.ErrNotFound("queue"))
-	}
-	unavailable := func(what string, err error) (*session, error) {
-		_ = c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "the session could not be recorded; reconnect"))
-		c.Close(wsx.CloseInternalError, "unavailable")
-		m.logger.Warn(what, "err", err)
-		return nil, nil
-	}
-	store := m.tasks
-	id, err := store.WorkerSessionOpen(c.Context(), &tasks.WorkerSessionOpenParams{
-		QueueID: *body.QueueID, CredentialID: p.CredentialID, WorkerName: name, Capacity: *body.Capacity,
-	})
-	if err != nil {
-		return unavailable("open worker session", err)
-	}
-	// Leases the worker still runs move to this session before the welcome,
-	// so that its pings renew them and its dispatcher counts them.
-	resumed := []string{}
-	if len(resume) > 0 {
-		adopted, err := store.WorkerSessionAdopt(c.Context(), id, resume, m.cfg.LeaseDuration)
-		if err != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), sessionCleanupTimeout)
-			defer cancel()
-			if cerr := store.WorkerSessionClose(ctx, id); cerr != nil {
-				m.logger.Warn("close worker session", "session_id", id, "err", cerr)
-			}
-			return unavailable("adopt resumed leases", err)
-		}
-		resumed = append(resumed, adopted...)
-	}
-	if err := c.BindSession(id); err != nil {
-		return nil, err
-	}
-	welcome, err := wsx.NewFrame(typeWelcome, f.MessageID, welcomeBody{
-		SessionID: id, QueueID: *body.QueueID, Capacity: *body.Capacity,
-		LeaseDurationMS:     m.cfg.LeaseDuration.Milliseconds(),
-		HeartbeatIntervalMS: m.cfg.HeartbeatInterval.Milliseconds(),
-		ServerTime:          httpx.FormatTime(db.Now()),
-		Resumed:             resumed,
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := c.Send(welcome); err != nil {
-		return nil, err
-	}
-	return &session{m: m, c: c, id: id, queueID: *body.QueueID, authHeader: authHeader,
-		freed: make(chan struct{}, 1), completions: batch.NewWaiting(completionsPerConnection)}, nil
-}
-
-// handle answers one client frame. It returns false when the connection is
+// Handle answers one client frame. It returns false when the connection is
 // to close.
-func (s *session) handle(f *wsx.Frame) bool {
+func (s *session) Handle(f *wsx.Frame) bool {
 	switch f.Type {
 	case typePing:
 		return s.ping(f)
@@ -287,29 +236,23 @@ func (s *session) ping(f *wsx.Frame) bool {
 	p, err := s.m.auth.Authenticate(ctx, s.authHeader)
 	switch {
 	case errors.Is(err, auth.ErrUnauthenticated):
-		_ = s.c.SendError(f.MessageID, err)
-		s.c.Close(wsx.ClosePolicyViolation, "credential revoked")
+		s.c.Fail(f.MessageID, err, wsx.ClosePolicyViolation, "credential revoked")
 		return false
 	case err != nil:
-		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "temporarily unavailable; reconnect"))
-		s.c.Close(wsx.CloseInternalError, "unavailable")
+		s.c.Fail(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "temporarily unavailable; reconnect"), wsx.CloseInternalError, "unavailable")
 		return false
 	case !p.Can(auth.PermTasksWork):
-		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodePermissionDenied, "credential lacks permission %s", auth.PermTasksWork))
-		s.c.Close(wsx.ClosePolicyViolation, "permission revoked")
+		s.c.Fail(f.MessageID, httpx.Errorf(httpx.CodePermissionDenied, "credential lacks permission %s", auth.PermTasksWork), wsx.ClosePolicyViolation, "permission revoked")
 		return false
 	case !p.HasQueue(s.queueID):
-		_ = s.c.SendError(f.MessageID, auth.ErrNotFound("queue"))
-		s.c.Close(wsx.ClosePolicyViolation, "queue grant revoked")
+		s.c.Fail(f.MessageID, auth.ErrNotFound("queue"), wsx.ClosePolicyViolation, "queue grant revoked")
 		return false
 	}
 	if _, err := s.m.tasks.AttemptRenew(ctx, s.id, s.m.cfg.LeaseDuration); err != nil {
-		s.c.Logger().Warn("renew worker leases", "session_id", s.id, "err", err)
-		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "leases could not be renewed; reconnect"))
-		s.c.Close(wsx.CloseInternalError, "unavailable")
+		s.c.Unavailable(f.MessageID, "leases could not be renewed; reconnect", "renew worker leases", err)
 		return false
 	}
-	s.reply(f, pingAck{ServerTime: httpx.FormatTime(db.Now())})
+	s.c.Reply(f, typeAck, pingAck{ServerTime: httpx.FormatTime(db.Now())})
 	return true
 }
 
@@ -348,7 +291,7 @@ func checkProof(b *proofBody, path, queueID string) (tasks.Proof, error) {
 	}, nil
 }
 
-// resumeProofs checks the resume of a hello: at most MaxResume proofs, no
+// resumeProofs checks the resume of a hello: at most maxResume proofs, no
 // more than the hello's capacity, each complete and well formed.
 func resumeProofs(resume []proofBody, capacity int, queueID string) ([]tasks.Proof, error) {
 	if len(resume) > maxResume {
@@ -416,8 +359,7 @@ func (s *session) complete(f *wsx.Frame) {
 				// The credential lost what the completion needs: the
 				// error answers it and the connection closes (seed 001
 				// §1, §7, for workers as for consumers).
-				_ = s.c.SendError(f.MessageID, o.Err)
-				s.c.Close(wsx.ClosePolicyViolation, "completion refused")
+				s.c.Fail(f.MessageID, o.Err, wsx.ClosePolicyViolation, "completion refused")
 				return
 			}
 			if o.Err != nil {
@@ -427,7 +369,7 @@ func (s *session) complete(f *wsx.Frame) {
 			if !o.Reply.Deduplicated {
 				s.signalFreed()
 			}
-			s.reply(f, o.Reply)
+			s.c.Reply(f, typeAck, o.Reply)
 		})
 	}})
 }
@@ -455,7 +397,7 @@ func (s *session) release(f *wsx.Frame) {
 		return
 	}
 	s.signalFreed()
-	s.reply(f, releaseAck{TaskID: proof.TaskID, AttemptID: proof.AttemptID, Released: true})
+	s.c.Reply(f, typeAck, releaseAck{TaskID: proof.TaskID, AttemptID: proof.AttemptID, Released: true})
 }
 
 // sendStoreError answers a failed store call: protocol errors (such as
@@ -471,15 +413,6 @@ func (s *session) sendStoreError(f *wsx.Frame, err error) {
 	_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeUnavailable, "temporarily unavailable; retry"))
 }
 
-func (s *session) reply(f *wsx.Frame, body any) {
-	ack, err := wsx.NewFrame(typeAck, f.MessageID, body)
-	if err != nil {
-		s.c.Logger().Error("encode ack", "err", err)
-		return
-	}
-	_ = s.c.Send(ack)
-}
-
 func (s *session) signalFreed() {
 	select {
 	case s.freed <- struct{}{}:
@@ -487,11 +420,11 @@ func (s *session) signalFreed() {
 	}
 }
 
-// dispatch leases tasks for the session whenever it may have free capacity
+// Dispatch leases tasks for the session whenever it may have free capacity
 // and sends task.assign for each persisted lease; it also forwards cancel
 // requests as task.cancel, once per attempt. It returns when the connection
 // ends.
-func (s *session) dispatch() {
+func (s *session) Dispatch() {
 	store := s.m.tasks
 	ctx := s.c.Context()
 	ticker := time.NewTicker(s.m.cfg.PollInterval)
@@ -577,7 +510,7 @@ func (s *session) dispatch() {
 // is not written is given back at once (leaseUnsent). It returns false
 // when the connection is closing.
 func (s *session) sendAssign(a *tasks.Assignment) bool {
-	f, err := wsx.NewFrame(typeAssign, "", assignBody{
+	body := assignBody{
 		Task: assignedTask{
 			ID: a.Task.ID, QueueID: a.Task.QueueID, Revision: httpx.Uint64(a.Task.Revision),
 			Input: jsontext.Value(a.Task.Input), Attempts: a.Task.Attempts, MaxAttempts: a.Task.MaxAttempts,
@@ -585,40 +518,20 @@ func (s *session) sendAssign(a *tasks.Assignment) bool {
 		},
 		AttemptID: a.AttemptID, Epoch: httpx.Uint64(a.Epoch),
 		LeaseUntil: httpx.FormatTime(a.LeaseUntil), LeaseSecret: a.LeaseSecret,
-	})
-	if err == nil {
-		err = s.c.Send(f)
 	}
-	if err == nil {
-		return true
-	}
-	s.leaseUnsent(a, err)
-	return !errors.Is(err, wsx.ErrClosed)
+	return s.c.SendLease(typeAssign, body, func(err error) { s.leaseUnsent(a, err) })
 }
 
-// unsentDelay is how long a task whose task.assign was not sent waits
-// before it is offered again. A frame that could not be encoded will not
-// encode the next time either; the delay keeps such a task from being
-// leased and released in a loop.
-const unsentDelay = time.Second
-
-// leaseUnsent logs why task.assign of a was not sent and releases its
-// lease, so that the task neither holds the session's capacity until the
-// lease expires nor counts an attempt with an uncertain effect that no
-// worker ever saw. It runs apart from the connection's context, which is
-// usually canceled when the frame could not be sent.
+// leaseUnsent releases the lease of a, whose task.assign was not sent
+// (wsx.Conn.Unsent), so that the task neither holds the session's capacity
+// until the lease expires nor counts an attempt with an uncertain effect
+// that no worker ever saw.
 func (s *session) leaseUnsent(a *tasks.Assignment, cause error) {
-	level := slog.LevelError
-	if errors.Is(cause, wsx.ErrClosed) {
-		level = slog.LevelWarn // the connection ended between lease and send
-	}
-	s.c.Logger().Log(context.Background(), level, "task.assign not sent; releasing the lease",
-		"session_id", s.id, "task_id", a.Task.ID, "attempt_id", a.AttemptID, "err", cause)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.c.Context()), sessionCleanupTimeout)
-	defer cancel()
-	if _, err := s.m.tasks.AttemptUnsent(ctx, a, unsentDelay); err != nil {
-		s.c.Logger().Warn("release unsent lease; it expires instead", "session_id", s.id, "task_id", a.Task.ID, "err", err)
-		return
-	}
-	s.signalFreed()
+	s.c.Unsent(typeAssign, cause, func(ctx context.Context) error {
+		if _, err := s.m.tasks.AttemptUnsent(ctx, a, wsx.UnsentDelay); err != nil {
+			return err
+		}
+		s.signalFreed()
+		return nil
+	}, "task_id", a.Task.ID, "attempt_id", a.AttemptID)
 }

@@ -160,14 +160,10 @@ func (m *Module) Routes(r *mux.Router) {
 // Stop closes every worker connection (their leases stay in the database
 // until they are completed or expire) and waits for them within ctx.
 func (m *Module) Stop(ctx context.Context) error {
-	if m.entry == nil {
-		return nil
+	if err := m.entry.Stop(ctx, m.completes.Wait); err != nil {
+		return fmt.Errorf("workers: stop: %w", err)
 	}
-	err := m.entry.Shutdown(ctx)
-	if werr := m.completes.Wait(ctx); werr != nil && err == nil {
-		err = fmt.Errorf("workers: stop: completions still being applied: %w", werr)
-	}
-	return err
+	return nil
 }
 
 var (

@@ -1,0 +1,43 @@
+package db_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/testkit/testdb"
+)
+
+func TestQueryAll_ScansEveryRowInOrder(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	ctx := context.Background()
+	if _, err := pool.Exec("CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(8) NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec("INSERT INTO items VALUES (1, 'a'), (2, 'b'), (3, 'c')"); err != nil {
+		t.Fatal(err)
+	}
+	scanName := func(row db.Scanner) (string, error) {
+		var name string
+		err := row.Scan(&name)
+		return name, err
+	}
+	got, err := db.QueryAll(ctx, pool, scanName, "SELECT name FROM items WHERE id > ? ORDER BY id DESC", 1)
+	if err != nil || !slices.Equal(got, []string{"c", "b"}) {
+		t.Errorf("QueryAll = %q, %v; want [c b]", got, err)
+	}
+	none, err := db.QueryAll(ctx, pool, scanName, "SELECT name FROM items WHERE id > 9")
+	if err != nil || len(none) != 0 {
+		t.Errorf("QueryAll of no rows = %q, %v", none, err)
+	}
+	bad := errors.New("bad row")
+	if _, err := db.QueryAll(ctx, pool, func(db.Scanner) (string, error) { return "", bad }, "SELECT name FROM items"); !errors.Is(err, bad) {
+		t.Errorf("QueryAll with a failing scan = %v, want %v", err, bad)
+	}
+	if _, err := db.QueryAll(ctx, pool, scanName, "SELECT nothing FROM items"); err == nil {
+		t.Error("QueryAll of a bad query returned no error")
+	}
+}
