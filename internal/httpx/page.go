@@ -2,9 +2,12 @@ package httpx
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/orbitrun/orbit/internal/db"
 )
 
 // ReadJSON is the body reading of a write endpoint: it rejects any query
@@ -75,4 +78,25 @@ func PageSQL(query string, args []any, alias string, after *Cursor, limit int) (
 	}
 	query += ` ORDER BY ` + alias + `created_at DESC, ` + alias + `id DESC LIMIT ?`
 	return query, append(args, limit+1)
+}
+
+// ListPage is the page a list asks for: at most Limit rows, after the
+// position of After (nil: from the newest).
+type ListPage struct {
+	Limit int
+	After *Cursor
+}
+
+// ListRows runs the query of one list page (C-16): base, ending in a WHERE
+// clause, with its args; narrowed to state when state is set; then paged by
+// PageSQL with alias. It returns up to page.Limit+1 rows converted by scan,
+// so that NewPage can tell whether another page exists. Errors are returned
+// as they are, for the caller to say where they come from.
+func ListRows[T any](ctx context.Context, q db.Querier, scan func(db.Scanner) (T, error), base string, args []any, alias, state string, page ListPage) ([]T, error) {
+	if state != "" {
+		base += ` AND ` + alias + `state = ?`
+		args = append(args, state)
+	}
+	query, args := PageSQL(base, args, alias, page.After, page.Limit)
+	return db.QueryAll(ctx, q, scan, query, args...)
 }

@@ -27,6 +27,9 @@ const (
 	DefaultWriteTimeout  = 5 * time.Second
 	DefaultIdleTimeout   = 60 * time.Second
 	DefaultHelloTimeout  = 5 * time.Second
+	// DefaultHeartbeatInterval is how often clients of both entries are
+	// told to ping.
+	DefaultHeartbeatInterval = 15 * time.Second
 )
 
 // authTimeout bounds authentication before an upgrade, like the management

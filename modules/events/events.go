@@ -9,15 +9,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
-
-	"github.com/gorilla/mux"
 
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/batch"
-	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/wsx"
 	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/subscriptions"
@@ -30,22 +26,16 @@ const subprotocol = "orbit.events.v1"
 
 // Defaults of the events section (seed 001 §5–7).
 const (
-	DefaultLeaseDuration     = 30 * time.Second
-	defaultHeartbeatInterval = 15 * time.Second
-	DefaultMaxConnections    = 128
-	defaultHelloTimeout      = 5 * time.Second
-	defaultIdleTimeout       = 60 * time.Second
-	defaultWriteTimeout      = 5 * time.Second
-	defaultReadQueue         = 4
-	defaultWriteQueue        = 8
-	DefaultClaimsInFlight    = 4
-	DefaultClaimsPerApp      = 1
-	defaultClaimsQueued      = 128
-	defaultClaimsPerRound    = 4
-	DefaultPollInterval      = time.Second
-	maxCapacity              = 32
-	claimRecoverBatch        = 32
-	claimTimeout             = 8 * time.Second
+	DefaultLeaseDuration  = 30 * time.Second
+	DefaultMaxConnections = wsx.DefaultMaxConns
+	DefaultClaimsInFlight = 4
+	DefaultClaimsPerApp   = 1
+	defaultClaimsQueued   = 128
+	defaultClaimsPerRound = 4
+	DefaultPollInterval   = time.Second
+	maxCapacity           = 32
+	claimRecoverBatch     = 32
+	claimTimeout          = 8 * time.Second
 )
 
 // Config is the `events` section.
@@ -101,12 +91,16 @@ type Deliveries interface {
 	MaterializeSoon()
 }
 
+var _ Deliveries = (*subscriptions.Module)(nil)
+
 // Module is the events module.
 type Module struct {
-	cfg    Config
-	subs   Deliveries
-	auth   auth.Authenticator
-	entry  *wsx.Entry
+	cfg   Config
+	subs  Deliveries
+	auth  auth.Authenticator
+	entry *wsx.Entry
+	// Endpoint mounts the entry (Routes) and stops it (Stop).
+	wsx.Endpoint
 	pool   *claimPool
 	acks   *batch.Batcher[*ackRequest]
 	logger *slog.Logger
@@ -120,10 +114,10 @@ func (*Module) OrbitModule() modules.Info {
 		Roles:    []string{"server"},
 		New: func() modules.Module {
 			return &Module{cfg: Config{
-				LeaseDuration: DefaultLeaseDuration, HeartbeatInterval: defaultHeartbeatInterval,
-				MaxConnections: DefaultMaxConnections, HelloTimeout: defaultHelloTimeout,
-				IdleTimeout: defaultIdleTimeout, WriteTimeout: defaultWriteTimeout,
-				ReadQueue: defaultReadQueue, WriteQueue: defaultWriteQueue,
+				LeaseDuration: DefaultLeaseDuration, HeartbeatInterval: wsx.DefaultHeartbeatInterval,
+				MaxConnections: DefaultMaxConnections, HelloTimeout: wsx.DefaultHelloTimeout,
+				IdleTimeout: wsx.DefaultIdleTimeout, WriteTimeout: wsx.DefaultWriteTimeout,
+				ReadQueue: wsx.DefaultInboundQueue, WriteQueue: wsx.DefaultOutboundQueue,
 				ClaimsInFlight: DefaultClaimsInFlight, ClaimsPerApp: DefaultClaimsPerApp,
 				ClaimsQueued: defaultClaimsQueued, ClaimsPerRound: defaultClaimsPerRound,
 				PollInterval: DefaultPollInterval,
@@ -173,38 +167,17 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.logger = env.Logger.With("module", "events")
 	m.acks = newAckBatcher(s, s.MaterializeSoon)
 	m.pool = newClaimPool(m.cfg.ClaimsInFlight, m.cfg.ClaimsPerApp, m.cfg.ClaimsQueued, m.cfg.ClaimsPerRound)
-	entry, err := wsx.NewEntry(wsx.Config{
+	m.entry, m.Endpoint, err = wsx.NewEndpoint("events", "/v1/events/connect", m.auth, m.logger, wsx.Config{
 		Subprotocol:   subprotocol,
 		Permission:    auth.PermEventsConsume,
-		Authenticate:  wsx.FromAuthenticator(m.auth),
 		MaxConns:      m.cfg.MaxConnections,
 		InboundQueue:  m.cfg.ReadQueue,
 		OutboundQueue: m.cfg.WriteQueue,
 		WriteTimeout:  m.cfg.WriteTimeout,
 		IdleTimeout:   m.cfg.IdleTimeout,
 		HelloTimeout:  m.cfg.HelloTimeout,
-		Logger:        m.logger,
-	})
-	if err != nil {
-		return err
-	}
-	m.entry = entry
-	return nil
-}
-
-// Routes mounts the event entry; the management deadline does not apply to
-// a connection.
-func (m *Module) Routes(r *mux.Router) {
-	r.Handle("/v1/events/connect", httpx.NoDeadline(http.HandlerFunc(m.connect)))
-}
-
-// Stop closes every event connection with 1001 and waits for their handlers
-// within ctx. Deliveries and leases stay in the database (E-16).
-func (m *Module) Stop(ctx context.Context) error {
-	if err := m.entry.Stop(ctx, m.acks.Wait); err != nil {
-		return fmt.Errorf("events: stop: %w", err)
-	}
-	return nil
+	}, m.connect, m.acks.Wait)
+	return err
 }
 
 var (
@@ -213,6 +186,4 @@ var (
 	_ modules.Provisioner = (*Module)(nil)
 	_ modules.Router      = (*Module)(nil)
 	_ modules.Stopper     = (*Module)(nil)
-
-	_ Deliveries = (*subscriptions.Module)(nil)
 )

@@ -166,7 +166,7 @@ func (m *Module) list(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return page, err
 		}
-		rows, err := subscriptionList(r.Context(), m.db, &subscriptionListParams{QueueID: queueID, CredentialID: p.CredentialID, Limit: limit, After: after})
+		rows, err := subscriptionList(r.Context(), m.db, &subscriptionListParams{QueueID: queueID, CredentialID: p.CredentialID, ListPage: httpx.ListPage{Limit: limit, After: after}})
 		if err != nil {
 			return page, err
 		}
@@ -235,7 +235,7 @@ func (m *Module) listDeliveries(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return page, err
 		}
-		rows, err := deliveryList(r.Context(), m.db, &deliveryListParams{SubscriptionID: s.ID, State: state, Limit: limit, After: after})
+		rows, err := deliveryList(r.Context(), m.db, &deliveryListParams{SubscriptionID: s.ID, State: state, ListPage: httpx.ListPage{Limit: limit, After: after}})
 		if err != nil {
 			return page, err
 		}

@@ -130,16 +130,13 @@ func subscriptionCreate(ctx context.Context, tx *sql.Tx, log Log, p *subscriptio
 type subscriptionListParams struct {
 	QueueID      string
 	CredentialID string
-	Limit        int
-	After        *httpx.Cursor
+	httpx.ListPage
 }
 
 // subscriptionList returns up to p.Limit+1 subscriptions, newest first.
 func subscriptionList(ctx context.Context, q Querier, p *subscriptionListParams) ([]*Subscription, error) {
-	query := `SELECT ` + subscriptionColumns + ` FROM subscriptions s WHERE s.queue_id = ? AND s.credential_id = ?`
-	args := []any{p.QueueID, p.CredentialID}
-	query, args = httpx.PageSQL(query, args, "s.", p.After, p.Limit)
-	out, err := db.QueryAll(ctx, q, scanSubscription, query, args...)
+	out, err := httpx.ListRows(ctx, q, scanSubscription, `SELECT `+subscriptionColumns+` FROM subscriptions s WHERE s.queue_id = ? AND s.credential_id = ?`,
+		[]any{p.QueueID, p.CredentialID}, "s.", "", p.ListPage)
 	if err != nil {
 		return nil, fmt.Errorf("subscriptions: list: %w", err)
 	}
@@ -224,24 +221,17 @@ func deliveryGet(ctx context.Context, q Querier, subscriptionID, id string) (*De
 type deliveryListParams struct {
 	SubscriptionID string
 	State          string
-	Limit          int
-	After          *httpx.Cursor
+	httpx.ListPage
 }
 
 // deliveryList returns up to p.Limit+1 deliveries.
 func deliveryList(ctx context.Context, q Querier, p *deliveryListParams) ([]*Delivery, error) {
-	query := `SELECT ` + deliveryColumns + ` FROM event_deliveries WHERE subscription_id = ?`
-	args := []any{p.SubscriptionID}
-	if p.State != "" {
-		query += ` AND state = ?`
-		args = append(args, p.State)
-	}
-	query, args = httpx.PageSQL(query, args, "", p.After, p.Limit)
-	out, err := queryDeliveries(ctx, q, query, args...)
+	base := `SELECT ` + deliveryColumns + ` FROM event_deliveries WHERE subscription_id = ?`
+	rows, err := httpx.ListRows(ctx, q, scanDelivery, base, []any{p.SubscriptionID}, "", p.State, p.ListPage)
 	if err != nil {
 		return nil, fmt.Errorf("subscriptions: list deliveries: %w", err)
 	}
-	return out, nil
+	return rows, nil
 }
 
 // queryDeliveries runs a query that selects deliveryColumns and returns

@@ -147,7 +147,7 @@ func (m *Module) list(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return page, err
 		}
-		rows, err := taskList(r.Context(), m.store.pool(), &taskListParams{QueueID: queueID, State: state, Limit: limit, After: after})
+		rows, err := taskList(r.Context(), m.store.pool(), &taskListParams{QueueID: queueID, State: state, ListPage: httpx.ListPage{Limit: limit, After: after}})
 		if err != nil {
 			return page, err
 		}

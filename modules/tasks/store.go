@@ -234,21 +234,13 @@ func transition(ctx context.Context, tx *sql.Tx, t *Task, state, eventType strin
 type taskListParams struct {
 	QueueID string
 	State   string
-	Limit   int
-	After   *httpx.Cursor
+	httpx.ListPage
 }
 
 // taskList returns up to p.Limit+1 tasks so the caller can tell whether
 // another page exists.
 func taskList(ctx context.Context, q Querier, p *taskListParams) ([]*Task, error) {
-	query := `SELECT ` + taskColumns + ` FROM tasks WHERE queue_id = ?`
-	args := []any{p.QueueID}
-	if p.State != "" {
-		query += ` AND state = ?`
-		args = append(args, p.State)
-	}
-	query, args = httpx.PageSQL(query, args, "", p.After, p.Limit)
-	out, err := db.QueryAll(ctx, q, scanTask, query, args...)
+	out, err := httpx.ListRows(ctx, q, scanTask, `SELECT `+taskColumns+` FROM tasks WHERE queue_id = ?`, []any{p.QueueID}, "", p.State, p.ListPage)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: list: %w", err)
 	}

@@ -1,9 +1,11 @@
 package workers
 
+import "github.com/orbitrun/orbit/internal/wsx"
+
 // The names below expose the package's internals to its external tests.
 
 const (
-	DefaultHeartbeatInterval = defaultHeartbeatInterval
+	DefaultHeartbeatInterval = wsx.DefaultHeartbeatInterval
 	DefaultLeaseDuration     = defaultLeaseDuration
 	MaxCapacity              = maxCapacity
 	MaxResume                = maxResume

@@ -8,15 +8,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
-
-	"github.com/gorilla/mux"
 
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/batch"
-	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/wsx"
 	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/tasks"
@@ -29,13 +25,10 @@ const subprotocol = "orbit.workers.v1"
 
 // Defaults of the workers section.
 const (
-	defaultLeaseDuration     = 30 * time.Second
-	defaultHeartbeatInterval = 15 * time.Second
-	DefaultMaxConnections    = 128
-	defaultHelloTimeout      = 5 * time.Second
-	defaultIdleTimeout       = 60 * time.Second
-	defaultPollInterval      = time.Second
-	maxCapacity              = 32
+	defaultLeaseDuration  = 30 * time.Second
+	DefaultMaxConnections = wsx.DefaultMaxConns
+	defaultPollInterval   = time.Second
+	maxCapacity           = 32
 )
 
 // Config is the `workers` section.
@@ -75,12 +68,16 @@ type Tasks interface {
 	CancelRequested() <-chan struct{}
 }
 
+var _ Tasks = (*tasks.Module)(nil)
+
 // Module is the workers module.
 type Module struct {
-	cfg    Config
-	tasks  Tasks
-	auth   auth.Authenticator
-	entry  *wsx.Entry
+	cfg   Config
+	tasks Tasks
+	auth  auth.Authenticator
+	entry *wsx.Entry
+	// Endpoint mounts the entry (Routes) and stops it (Stop).
+	wsx.Endpoint
 	logger *slog.Logger
 	// completes applies task.complete frames of every connection in shared
 	// transactions.
@@ -95,9 +92,9 @@ func (*Module) OrbitModule() modules.Info {
 		Roles:    []string{"server"},
 		New: func() modules.Module {
 			return &Module{cfg: Config{
-				LeaseDuration: defaultLeaseDuration, HeartbeatInterval: defaultHeartbeatInterval,
-				MaxConnections: DefaultMaxConnections, HelloTimeout: defaultHelloTimeout,
-				IdleTimeout: defaultIdleTimeout, PollInterval: defaultPollInterval,
+				LeaseDuration: defaultLeaseDuration, HeartbeatInterval: wsx.DefaultHeartbeatInterval,
+				MaxConnections: DefaultMaxConnections, HelloTimeout: wsx.DefaultHelloTimeout,
+				IdleTimeout: wsx.DefaultIdleTimeout, PollInterval: defaultPollInterval,
 			}}
 		},
 	}
@@ -135,35 +132,14 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.auth = a
 	m.logger = env.Logger.With("module", "workers")
 	m.completes = m.newCompleteBatcher()
-	entry, err := wsx.NewEntry(wsx.Config{
+	m.entry, m.Endpoint, err = wsx.NewEndpoint("workers", "/v1/workers/connect", m.auth, m.logger, wsx.Config{
 		Subprotocol:  subprotocol,
 		Permission:   auth.PermTasksWork,
-		Authenticate: wsx.FromAuthenticator(m.auth),
 		MaxConns:     m.cfg.MaxConnections,
 		IdleTimeout:  m.cfg.IdleTimeout,
 		HelloTimeout: m.cfg.HelloTimeout,
-		Logger:       m.logger,
-	})
-	if err != nil {
-		return err
-	}
-	m.entry = entry
-	return nil
-}
-
-// Routes mounts the worker entry. The management deadline does not apply to
-// a connection.
-func (m *Module) Routes(r *mux.Router) {
-	r.Handle("/v1/workers/connect", httpx.NoDeadline(http.HandlerFunc(m.connect)))
-}
-
-// Stop closes every worker connection (their leases stay in the database
-// until they are completed or expire) and waits for them within ctx.
-func (m *Module) Stop(ctx context.Context) error {
-	if err := m.entry.Stop(ctx, m.completes.Wait); err != nil {
-		return fmt.Errorf("workers: stop: %w", err)
-	}
-	return nil
+	}, m.connect, m.completes.Wait)
+	return err
 }
 
 var (
@@ -172,6 +148,4 @@ var (
 	_ modules.Provisioner = (*Module)(nil)
 	_ modules.Router      = (*Module)(nil)
 	_ modules.Stopper     = (*Module)(nil)
-
-	_ Tasks = (*tasks.Module)(nil)
 )
