@@ -1,46 +1,13 @@
 package events_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/testkit/wstest"
-	"github.com/orbitrun/orbit/modules/admin"
 	"github.com/orbitrun/orbit/modules/events"
 )
-
-// grantChanges are the ways a credential loses what an event connection
-// needs, with the code each is answered with.
-func grantChanges(e *env) []struct {
-	name   string
-	code   string
-	change func(t *testing.T, credentialID string)
-} {
-	return []struct {
-		name   string
-		code   string
-		change func(t *testing.T, credentialID string)
-	}{
-		{"Revoked", "UNAUTHENTICATED", func(t *testing.T, id string) {
-			if err := admin.NewStore(e.srv.DB).CredentialRevoke(context.Background(), id, "test"); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"LostConsumePermission", "PERMISSION_DENIED", func(t *testing.T, id string) {
-			if _, err := e.srv.DB.Exec(`DELETE FROM credential_permissions WHERE credential_id = ? AND permission = ?`,
-				id, auth.PermEventsConsume); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"LostQueueGrant", "NOT_FOUND", func(t *testing.T, id string) {
-			if _, err := e.srv.DB.Exec(`DELETE FROM credential_queue_grants WHERE credential_id = ?`, id); err != nil {
-				t.Fatal(err)
-			}
-		}},
-	}
-}
 
 // TestE14_EveryClaimChecksTheGrant: the claim after a revocation, a removed
 // events:consume or a removed queue grant leases nothing, reports the
@@ -53,16 +20,16 @@ func TestE14_EveryClaimChecksTheGrant(t *testing.T) {
 	// The periodic check runs every heartbeat interval, 15 s by default:
 	// longer than every wait of this test.
 	e := setup(t)
-	for _, tt := range grantChanges(e) {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, tt := range e.srv.GrantChanges(auth.PermEventsConsume) {
+		t.Run(tt.Name, func(t *testing.T) {
 			t.Parallel()
 			cred := e.ownQueue(t)
 			sub := e.subscribe(t, cred, subscriptionParams{})
 			c := e.connect(t, cred, sub, 1)
-			tt.change(t, cred.CredentialID)
+			tt.Apply(t, cred.CredentialID)
 			e.results(t, cred, 1)
 			f := c.NextType(typeError)
-			wantError(t, f, tt.code)
+			wantError(t, f, tt.Code)
 			if f.ReplyTo != "" || f.SessionID != c.session {
 				t.Fatalf("claim error envelope: %s", f)
 			}
@@ -83,8 +50,8 @@ func TestE14_EveryAckChecksTheGrant(t *testing.T) {
 	// are signalled, so that once settled no claim finds the change before
 	// the ACK does.
 	e := setup(t, eventsConfig(func(c *events.Config) { c.PollInterval = time.Hour }))
-	for _, tt := range grantChanges(e) {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, tt := range e.srv.GrantChanges(auth.PermEventsConsume) {
+		t.Run(tt.Name, func(t *testing.T) {
 			t.Parallel()
 			cred := e.ownQueue(t)
 			sub := e.subscribe(t, cred, subscriptionParams{})
@@ -92,11 +59,11 @@ func TestE14_EveryAckChecksTheGrant(t *testing.T) {
 			e.results(t, cred, 1)
 			d := c.deliver(t)
 			c.settle()
-			tt.change(t, cred.CredentialID)
+			tt.Apply(t, cred.CredentialID)
 			ack := c.NewFrame(typeAck, d.proof())
 			c.SendFrame(ack)
 			f := c.Reply(ack.MessageID)
-			wantError(t, f, tt.code)
+			wantError(t, f, tt.Code)
 			if f.SessionID != c.session {
 				t.Fatalf("ACK error envelope: %s", f)
 			}

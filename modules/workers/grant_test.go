@@ -1,47 +1,14 @@
 package workers_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/testkit/servertest"
-	"github.com/orbitrun/orbit/modules/admin"
 	"github.com/orbitrun/orbit/modules/tasks"
 	"github.com/orbitrun/orbit/modules/workers"
 )
-
-// grantChanges are the ways a credential loses what a worker connection
-// needs, with the code each is answered with.
-func grantChanges(e *env) []struct {
-	name   string
-	code   string
-	change func(t *testing.T, credentialID string)
-} {
-	return []struct {
-		name   string
-		code   string
-		change func(t *testing.T, credentialID string)
-	}{
-		{"Revoked", "UNAUTHENTICATED", func(t *testing.T, id string) {
-			if err := admin.NewStore(e.srv.DB).CredentialRevoke(context.Background(), id, "test"); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"LostWorkPermission", "PERMISSION_DENIED", func(t *testing.T, id string) {
-			if _, err := e.srv.DB.Exec(`DELETE FROM credential_permissions WHERE credential_id = ? AND permission = ?`,
-				id, auth.PermTasksWork); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"LostQueueGrant", "NOT_FOUND", func(t *testing.T, id string) {
-			if _, err := e.srv.DB.Exec(`DELETE FROM credential_queue_grants WHERE credential_id = ?`, id); err != nil {
-				t.Fatal(err)
-			}
-		}},
-	}
-}
 
 // pair returns a worker credential and a producer credential on a queue of
 // their own.
@@ -59,12 +26,12 @@ func (e *env) pair(t *testing.T, name string) (worker, producer servertest.Crede
 func TestT3_EveryLeaseChecksTheGrant(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	for _, tt := range grantChanges(e) {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, tt := range e.srv.GrantChanges(auth.PermTasksWork) {
+		t.Run(tt.Name, func(t *testing.T) {
 			t.Parallel()
-			worker, producer := e.pair(t, "lease-"+tt.name)
+			worker, producer := e.pair(t, "lease-"+tt.Name)
 			w := e.connect(t, worker, 1)
-			tt.change(t, worker.CredentialID)
+			tt.Apply(t, worker.CredentialID)
 			id := e.submit(t, producer, submitParams{})
 			if rest := w.ExpectClose(closePolicyViolation); len(rest) != 0 {
 				t.Fatalf("frames before the close: %v", rest)
@@ -85,16 +52,16 @@ func TestT3_EveryCompletionChecksTheGrant(t *testing.T) {
 	// are signalled, so that once settled no lease finds the change before
 	// the completion does.
 	e := setup(t, workersConfig(func(c *workers.Config) { c.PollInterval = time.Hour }))
-	for _, tt := range grantChanges(e) {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, tt := range e.srv.GrantChanges(auth.PermTasksWork) {
+		t.Run(tt.Name, func(t *testing.T) {
 			t.Parallel()
-			worker, producer := e.pair(t, "complete-"+tt.name)
+			worker, producer := e.pair(t, "complete-"+tt.Name)
 			w := e.connect(t, worker, 1)
 			id := e.submit(t, producer, submitParams{})
 			a := w.assign(t)
 			w.settle()
-			tt.change(t, worker.CredentialID)
-			wantError(t, w.complete(t, completeBody{proof: a.proof(), Outcome: tasks.OutcomeSucceeded}), tt.code)
+			tt.Apply(t, worker.CredentialID)
+			wantError(t, w.complete(t, completeBody{proof: a.proof(), Outcome: tasks.OutcomeSucceeded}), tt.Code)
 			w.ExpectClose(closePolicyViolation)
 			if got := e.task(t, producer, id); got.State != tasks.StateRunning {
 				t.Fatalf("task after the refused completion: %s, want RUNNING", got.State)

@@ -297,3 +297,36 @@ func (s *Server) WorkerGrant(t testing.TB, c Credential) auth.Grant {
 	}
 	return auth.Grant{CredentialID: cred.ID, Permission: auth.PermTasksWork, QueueID: c.QueueID, What: "queue"}
 }
+
+// GrantChange is one way a credential loses what a connection needs, with
+// the error code the connection answers it with.
+type GrantChange struct {
+	Name  string
+	Code  string
+	Apply func(t testing.TB, credentialID string)
+}
+
+// GrantChanges returns the three ways a credential loses permission on the
+// server's database: revoked (UNAUTHENTICATED), permission removed
+// (PERMISSION_DENIED), every queue grant removed (NOT_FOUND).
+func (s *Server) GrantChanges(permission string) []GrantChange {
+	exec := func(t testing.TB, query string, args ...any) {
+		t.Helper()
+		if _, err := s.DB.Exec(query, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return []GrantChange{
+		{"Revoked", "UNAUTHENTICATED", func(t testing.TB, id string) {
+			if err := admin.NewStore(s.DB).CredentialRevoke(context.Background(), id, "test"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"LostPermission", "PERMISSION_DENIED", func(t testing.TB, id string) {
+			exec(t, `DELETE FROM credential_permissions WHERE credential_id = ? AND permission = ?`, id, permission)
+		}},
+		{"LostQueueGrant", "NOT_FOUND", func(t testing.TB, id string) {
+			exec(t, `DELETE FROM credential_queue_grants WHERE credential_id = ?`, id)
+		}},
+	}
+}
