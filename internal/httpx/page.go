@@ -14,12 +14,34 @@ import (
 // parameter (C-9), reads the body, decodes it into dst under the rules of
 // C-8 and returns the raw bytes, which the idempotency digest is taken of.
 func ReadJSON(r *http.Request, dst any) ([]byte, error) {
+	return readJSON(r, dst, false)
+}
+
+// ReadOptionalJSON is ReadJSON for an endpoint whose body has no required
+// field: an empty body needs no Content-Type and reads as {}, and {} is also
+// what it returns as the raw bytes, so an empty body and {} are the same
+// request to the idempotency digest. A Content-Type that is sent must still
+// be application/json.
+func ReadOptionalJSON(r *http.Request, dst any) ([]byte, error) {
+	return readJSON(r, dst, true)
+}
+
+func readJSON(r *http.Request, dst any, emptyIsObject bool) ([]byte, error) {
 	if _, err := Query(r); err != nil {
 		return nil, err
 	}
 	raw, err := readBody(r)
 	if err != nil {
 		return nil, err
+	}
+	if emptyIsObject && len(raw) == 0 {
+		if len(r.Header.Values("Content-Type")) > 0 {
+			if err := checkContentType(r.Header.Values("Content-Type")); err != nil {
+				return nil, err
+			}
+		}
+		raw = []byte("{}")
+		return raw, decodeJSON(raw, dst, "request body")
 	}
 	r.Body = io.NopCloser(bytes.NewReader(raw))
 	if err := DecodeJSON(r, dst); err != nil {

@@ -175,7 +175,18 @@ func Handle(w http.ResponseWriter, r *http.Request, pool *sql.DB, credentialID s
 // first error of these steps is written in the envelope; prepare does not
 // run when the body is refused, and no change runs when prepare fails.
 func Write(w http.ResponseWriter, r *http.Request, pool *sql.DB, req any, prepare func(p *auth.Principal) (Change, error)) {
-	raw, err := httpx.ReadJSON(r, req)
+	write(w, r, pool, req, httpx.ReadJSON, prepare)
+}
+
+// WriteOptional is Write for an endpoint whose body has no required field:
+// an empty body, sent without Content-Type, is read as {}
+// (httpx.ReadOptionalJSON), and a repeat of it with {} is the same request.
+func WriteOptional(w http.ResponseWriter, r *http.Request, pool *sql.DB, req any, prepare func(p *auth.Principal) (Change, error)) {
+	write(w, r, pool, req, httpx.ReadOptionalJSON, prepare)
+}
+
+func write(w http.ResponseWriter, r *http.Request, pool *sql.DB, req any, read func(*http.Request, any) ([]byte, error), prepare func(p *auth.Principal) (Change, error)) {
+	raw, err := read(r, req)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return

@@ -157,13 +157,15 @@ func (m *Module) list(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// cancelRequest is the body of a cancel, whose fields are all optional: an
+// empty body reads as {} (idem.WriteOptional).
 type cancelRequest struct {
 	Reason *string `json:"reason"`
 }
 
 func (m *Module) cancel(w http.ResponseWriter, r *http.Request) {
 	var req cancelRequest
-	idem.Write(w, r, m.store.pool(), &req, func(p *auth.Principal) (idem.Change, error) {
+	idem.WriteOptional(w, r, m.store.pool(), &req, func(p *auth.Principal) (idem.Change, error) {
 		reason := ""
 		if req.Reason != nil {
 			reason = *req.Reason

@@ -220,6 +220,34 @@ func TestT2_Cancel(t *testing.T) {
 		}
 	})
 
+	t.Run("EmptyBody", func(t *testing.T) {
+		t.Parallel()
+		c := e.cred(t, "cancel-empty")
+		task := e.submit(t, c, submitBody(c.QueueID, `{}`))
+		path := "/v1/tasks/" + task.ID + ":cancel"
+		key := newKey()
+		// servertest sends an empty Body with no body and no Content-Type.
+		first := e.post(t, c, path, key, "")
+		wantStatus(t, first, http.StatusOK)
+		wantState(t, decodeReceipt(t, first).Task, tasks.StateCancelled, 2)
+		t.Run("ReplayWithEmptyObjectIsTheSameRequest", func(t *testing.T) {
+			wantReplay(t, first, e.post(t, c, path, key, `{}`))
+			wantReplay(t, first, e.post(t, c, path, key, ""))
+		})
+		t.Run("ReplayWithReasonConflicts", func(t *testing.T) {
+			wantError(t, e.post(t, c, path, key, `{"reason":"changed my mind"}`), http.StatusConflict, "IDEMPOTENCY_CONFLICT")
+		})
+		t.Run("ContentTypeSentMustBeJSON", func(t *testing.T) {
+			other := e.submit(t, c, submitBody(c.QueueID, `{}`))
+			r := e.srv.Do(t, servertest.Request{
+				Method: http.MethodPost, Path: "/v1/tasks/" + other.ID + ":cancel", Token: c.Token, IdempotencyKey: newKey(),
+				Header: http.Header{"Content-Type": {"text/plain"}},
+			})
+			wantError(t, r, http.StatusBadRequest, "INVALID_ARGUMENT")
+			wantState(t, e.task(t, c, other.ID), tasks.StatePending, 1)
+		})
+	})
+
 	t.Run("Running", func(t *testing.T) {
 		t.Parallel()
 		c := e.cred(t, "cancel-running")
@@ -324,7 +352,7 @@ func TestT2_Cancel(t *testing.T) {
 		t.Parallel()
 		c := e.cred(t, "cancel-strict")
 		task := e.submit(t, c, submitBody(c.QueueID, `{}`))
-		for _, body := range []string{"", `{"reason":1}`, `{"why":"x"}`, `{"reason":"` + strings.Repeat("é", tasks.MaxReasonChars+1) + `"}`} {
+		for _, body := range []string{`{"reason":1}`, `{"why":"x"}`, `{"reason":"` + strings.Repeat("é", tasks.MaxReasonChars+1) + `"}`} {
 			wantError(t, e.cancel(t, c, task.ID, body), http.StatusBadRequest, "INVALID_ARGUMENT")
 		}
 		wantError(t, e.cancel(t, c, "not-an-id", `{}`), http.StatusBadRequest, "INVALID_ARGUMENT")
