@@ -24,4 +24,15 @@ func TestDocsExamples(t *testing.T) {
 		t.Fatalf("status %d, want 200", resp.Status)
 	}
 	doctest.Check(t, "../../../docs/api/credential.md", "credential-get-response", resp.Body)
+
+	for _, h := range []struct{ path, example string }{
+		{"/healthz", "healthz-response"},
+		{"/readyz", "readyz-response"},
+	} {
+		resp = srv.Do(t, servertest.Request{Method: http.MethodGet, Path: h.path})
+		if resp.Status != http.StatusOK {
+			t.Fatalf("%s: status %d, want 200", h.path, resp.Status)
+		}
+		doctest.Check(t, "../../../docs/api/credential.md", h.example, resp.Body)
+	}
 }
