@@ -41,24 +41,34 @@ func shellCommands(doc string) []string {
 
 var bootstrapOutput = regexp.MustCompile(`\bbootstrap\b.*--output[ =](\S+)`)
 
+// guides returns the contents of the README and of the examples' READMEs,
+// by path.
+func guides(t *testing.T) map[string]string {
+	t.Helper()
+	root := filepath.Join("..", "..", "..")
+	paths, err := filepath.Glob(filepath.Join(root, "examples", "*", "README*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, path := range append(paths, filepath.Join(root, "README.md")) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[path] = string(b)
+	}
+	return out
+}
+
 // TestREADMEBootstrapsEachFileOnce holds that a guide followed top to bottom
 // in a fresh clone runs: bootstrap refuses to overwrite its --output file, so
 // a document must not run it twice for the same file.
 func TestREADMEBootstrapsEachFileOnce(t *testing.T) {
 	t.Parallel()
-	root := filepath.Join("..", "..", "..")
-	docs, err := filepath.Glob(filepath.Join(root, "examples", "*", "README*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs = append([]string{filepath.Join(root, "README.md")}, docs...)
-	for _, path := range docs {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for path, doc := range guides(t) {
 		seen := map[string]bool{}
-		for _, cmd := range shellCommands(string(b)) {
+		for _, cmd := range shellCommands(doc) {
 			m := bootstrapOutput.FindStringSubmatch(cmd)
 			if m == nil {
 				continue
@@ -67,6 +77,22 @@ func TestREADMEBootstrapsEachFileOnce(t *testing.T) {
 				t.Errorf("%s runs bootstrap --output %s twice; the second refuses to overwrite the file", path, m[1])
 			}
 			seen[m[1]] = true
+		}
+	}
+}
+
+var timeKey = regexp.MustCompile(`(Idempotency-Key|KEY=).*\$\(date\b`)
+
+// TestREADMEIdempotencyKeysAreNotTimes holds that the guides' commands make
+// a key per task: a key made of the current second names every task
+// submitted within that second, and the second one conflicts.
+func TestREADMEIdempotencyKeysAreNotTimes(t *testing.T) {
+	t.Parallel()
+	for path, doc := range guides(t) {
+		for _, cmd := range shellCommands(doc) {
+			if timeKey.MatchString(cmd) {
+				t.Errorf("%s makes an idempotency key from the time: %s", path, cmd)
+			}
 		}
 	}
 }
