@@ -1,6 +1,6 @@
 module github.com/orbitrun/orbit/sdk/go
 
-go 1.26.8
+go 1.26
 
 require (
 	github.com/gorilla/websocket v1.5.3
