@@ -105,3 +105,26 @@ func TestShellCommandsJoinsContinuations(t *testing.T) {
 		t.Fatalf("commands %q, want %q", got, want)
 	}
 }
+
+var ruleReference = regexp.MustCompile(`\b[A-Z]-[0-9]+\b|§|(?i)\bseeds?\b`)
+
+// TestGuidesSpeakPlainly holds that the files a user reads first (the
+// READMEs and orbit.example.yaml) say what they mean instead of citing rule
+// ids or sections of the design documents, which users do not have.
+func TestGuidesSpeakPlainly(t *testing.T) {
+	t.Parallel()
+	docs := guides(t)
+	example := filepath.Join("..", "..", "..", "orbit.example.yaml")
+	b, err := os.ReadFile(example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs[example] = string(b)
+	for path, doc := range docs {
+		for i, line := range strings.Split(doc, "\n") {
+			if m := ruleReference.FindString(line); m != "" {
+				t.Errorf("%s:%d cites %q: %s", path, i+1, m, line)
+			}
+		}
+	}
+}
