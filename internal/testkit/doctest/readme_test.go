@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -128,3 +129,57 @@ func TestGuidesSpeakPlainly(t *testing.T) {
 		}
 	}
 }
+
+// TestResultInboxChineseGuide holds that the Chinese result-inbox guide is
+// Markdown whose commands are in sh blocks, cites no manual the repository
+// lacks, and counts the platform's tables as its migrations create them.
+func TestResultInboxChineseGuide(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..", "..")
+	b, err := os.ReadFile(filepath.Join(root, "examples", "result-inbox", "README.zh.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	bootstraps := 0
+	for _, cmd := range shellCommands(doc) {
+		if bootstrapOutput.MatchString(cmd) {
+			bootstraps++
+		}
+	}
+	if bootstraps != 1 {
+		t.Errorf("the guide's sh blocks hold %d bootstrap commands, want 1", bootstraps)
+	}
+	if strings.Contains(doc, "手册") {
+		t.Error("the guide cites a manual; the repository has none")
+	}
+
+	files, err := filepath.Glob(filepath.Join(root, "modules", "*", "migrations", "*.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	platform, err := filepath.Glob(filepath.Join(root, "migrations", "*.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := 0
+	for _, f := range append(files, platform...) {
+		sql, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tables += len(createTable.FindAll(sql, -1))
+	}
+	m := tableCount.FindStringSubmatch(doc)
+	if m == nil {
+		t.Fatal("the guide does not say how many tables the platform has")
+	}
+	if m[1] != strconv.Itoa(tables) {
+		t.Errorf("the guide counts %s platform tables; the migrations create %d", m[1], tables)
+	}
+}
+
+var (
+	createTable = regexp.MustCompile(`(?i)\bCREATE\s+TABLE\b`)
+	tableCount  = regexp.MustCompile(`平台本身的(\d+)张表`)
+)
