@@ -8,11 +8,18 @@ SDK_DIR   := sdk/go
 # Go modules of the repository, each vetted and tested on its own.
 MODULES   := . $(SDK_DIR) examples/result-inbox bench
 TEST_FLAGS ?= -race -count=1 -timeout 12m
+# VERSION and REVISION are stamped into the binary (`orbit version`). Without
+# git they are empty and the binary falls back to Go's build information.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
+# Without git, the go command cannot stamp VCS information either.
+BUILDVCS  := $(if $(shell command -v git 2>/dev/null),,-buildvcs=false)
+LDFLAGS   := -X github.com/orbitrun/orbit/cmd/orbit/cli.version=$(VERSION) -X github.com/orbitrun/orbit/cmd/orbit/cli.revision=$(REVISION)
 
 .PHONY: build run test integration vet race bench lint clean db-server
 
 build:
-	$(GO) build -o $(BIN) ./cmd/orbit
+	$(GO) build $(BUILDVCS) -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/orbit
 
 # db-server makes sure a MySQL-compatible server binary exists for the local
 # database and the test harness: on Debian/Ubuntu as root it installs

@@ -8,6 +8,9 @@
 package config
 
 import (
+	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -103,8 +106,8 @@ func (c *Config) ValidateAt(positions map[string]string) error {
 	problems := NewProblems("")
 	problems.positions = positions
 	add := problems.Add
-	if c.Server.Listen == "" {
-		add("server.listen", "must not be empty")
+	if reason := listenProblem(c.Server.Listen); reason != "" {
+		add("server.listen", "%s", reason)
 	}
 	problems.Positive("server.request_deadline", c.Server.RequestDeadline)
 	problems.Positive("server.shutdown_timeout", c.Server.ShutdownTimeout)
@@ -128,6 +131,21 @@ func (c *Config) ValidateAt(positions map[string]string) error {
 		add("log.format", "must be text or json, got %q", c.Log.Format)
 	}
 	return problems.Err()
+}
+
+// listenProblem returns what is wrong with a listen address, or "".
+func listenProblem(listen string) string {
+	if listen == "" {
+		return "must not be empty"
+	}
+	_, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Sprintf("must be host:port, such as %s or :8080, got %q", DefaultListen, listen)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Sprintf("must end in a port number from 0 to 65535, got %q", listen)
+	}
+	return ""
 }
 
 // dsnProblem returns what is wrong with a non-empty DSN, or "". The

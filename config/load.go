@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/hashicorp/go-multierror"
@@ -74,15 +76,24 @@ func Load(src Source, core *Config, modules map[string]any) (string, error) {
 	if file != "" {
 		raw, err := os.ReadFile(file)
 		if err != nil {
-			return file, fmt.Errorf("config: %w", err)
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return file, fmt.Errorf("%s: %w", file, err)
+		}
+		// A file that is not YAML is reported once, with its line.
+		var doc yaml.Node
+		if err := yaml.Unmarshal(raw, &doc); err != nil {
+			return file, yamlError(file, err)
 		}
 		// Unknown keys are reported here, by exact name and with their line;
 		// loading goes on so that value errors are reported in the same run.
-		for _, e := range checkKeys(file, raw, sections, lines) {
+		for _, e := range checkKeys(file, &doc, sections, lines) {
 			errs = multierror.Append(errs, e)
 		}
 		if err := v.ReadConfig(bytes.NewReader(raw)); err != nil {
-			return file, fmt.Errorf("config: %s: %w", file, err)
+			return file, yamlError(file, err)
 		}
 	}
 
@@ -132,12 +143,49 @@ func Load(src Source, core *Config, modules map[string]any) (string, error) {
 	for _, name := range names {
 		err := merged.UnmarshalKey(name, sections[name], func(dc *mapstructure.DecoderConfig) {
 			dc.TagName = "yaml"
+			dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(durationHook, mapstructure.StringToSliceHookFunc(","))
 		})
 		if err != nil {
-			errs = multierror.Append(errs, unmarshalErrors(name, err)...)
+			for _, e := range unmarshalErrors(name, err) {
+				// A value the file set is reported with its line.
+				key, _, _ := strings.Cut(e.Error(), ": ")
+				if line, ok := lines[key]; ok {
+					e = fmt.Errorf("%s:%d: %w", file, line, e)
+				}
+				errs = multierror.Append(errs, e)
+			}
 		}
 	}
 	return file, errs.ErrorOrNil()
+}
+
+// durationHook decodes strings into time.Duration. Unlike mapstructure's
+// own hook, whose message cuts a value at its last space, its error quotes
+// the whole value.
+func durationHook(from, to reflect.Type, data any) (any, error) {
+	if from.Kind() != reflect.String || to != reflect.TypeOf(time.Duration(0)) {
+		return data, nil
+	}
+	d, err := time.ParseDuration(data.(string))
+	if err != nil {
+		return nil, fmt.Errorf("must be a duration such as 8s, 1m30s or 250ms, got %q", data)
+	}
+	return d, nil
+}
+
+// yamlError turns the YAML parser's "yaml: line N: message" into
+// "file:N: message".
+func yamlError(file string, err error) error {
+	msg := err.Error()
+	if i := strings.Index(msg, "yaml: "); i >= 0 {
+		msg = msg[i+len("yaml: "):]
+	}
+	var line int
+	if n, _ := fmt.Sscanf(msg, "line %d:", &line); n == 1 {
+		_, rest, _ := strings.Cut(msg, ": ")
+		return fmt.Errorf("%s:%d: %s", file, line, rest)
+	}
+	return fmt.Errorf("%s: %s", file, msg)
 }
 
 // EnvName is the environment variable for a config key.
@@ -212,11 +260,7 @@ func yamlName(f reflect.StructField) string {
 // checkKeys walks the YAML document and reports every key that no section
 // declares, with its line, matching names exactly (viper alone would accept
 // `Listen` for `listen`). It records the line of every known key in lines.
-func checkKeys(file string, raw []byte, sections map[string]any, lines map[string]int) []error {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		return []error{fmt.Errorf("%s: %w", file, err)}
-	}
+func checkKeys(file string, doc *yaml.Node, sections map[string]any, lines map[string]int) []error {
 	if len(doc.Content) == 0 {
 		return nil
 	}
@@ -286,7 +330,14 @@ func unmarshalErrors(section string, err error) []error {
 		}
 	}
 	if de, ok := err.(*mapstructure.DecodeError); ok {
-		return []error{fmt.Errorf("%s.%s: %w", section, de.Name(), de.Unwrap())}
+		inner := de.Unwrap()
+		var pe *mapstructure.ParseError
+		if errors.As(inner, &pe) {
+			// "cannot parse value as 'int': strconv.ParseInt: invalid
+			// syntax" does not say which value.
+			inner = fmt.Errorf("must be %s, got %q", pe.Expected.Type(), fmt.Sprint(pe.Value))
+		}
+		return []error{fmt.Errorf("%s.%s: %w", section, de.Name(), inner)}
 	}
 	return []error{fmt.Errorf("%s: %w", section, err)}
 }

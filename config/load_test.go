@@ -175,3 +175,63 @@ func TestValidate_MalformedDSNFromEnvironmentHasNoLine(t *testing.T) {
 		t.Errorf("ValidateAt = %q: the file's line for a value from the environment, or the password", err)
 	}
 }
+
+// A value that does not decode is reported with its line and quoted whole
+// (mapstructure's own duration message cuts the value at its last space).
+func TestLoad_BadValuesHaveTheirLineAndWholeValue(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "server:\n  request_deadline: \"eight seconds\"\ndatabase:\n  max_open_conns: many\n")
+	_, err := Load(Source{File: path, LookupEnv: noEnv}, Default(), nil)
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	for _, want := range []string{
+		path + `:2: server.request_deadline: must be a duration such as 8s, 1m30s or 250ms, got "eight seconds"`,
+		path + `:4: database.max_open_conns: must be int, got "many"`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
+// A file that is not YAML, or cannot be read, is one message that names
+// the file once.
+func TestLoad_UnreadableFileNamesItOnce(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "server:\n  listen: [\n")
+	_, err := Load(Source{File: path, LookupEnv: noEnv}, Default(), nil)
+	if err == nil || !strings.HasPrefix(err.Error(), path+":") || strings.Count(err.Error(), path) != 1 {
+		t.Errorf("syntax error = %v, want one message naming %s once", err, path)
+	}
+	missing := path + ".missing"
+	_, err = Load(Source{File: missing, LookupEnv: noEnv}, Default(), nil)
+	if err == nil || err.Error() != missing+": no such file or directory" {
+		t.Errorf("missing file = %v", err)
+	}
+}
+
+// server.listen must parse as host:port with a numeric port.
+func TestValidate_RefusesAnUnparsableListenAddress(t *testing.T) {
+	t.Parallel()
+	for listen, want := range map[string]string{
+		"nope":            "must be host:port",
+		"127.0.0.1":       "must be host:port",
+		"127.0.0.1:99999": "must end in a port number from 0 to 65535",
+		"localhost:http8": "must end in a port number from 0 to 65535",
+		"":                "must not be empty",
+	} {
+		c := Default()
+		c.Server.Listen = listen
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "server.listen: "+want) {
+			t.Errorf("listen %q: %v, want %q", listen, err, want)
+		}
+	}
+	for _, listen := range []string{"127.0.0.1:8080", ":0", "[::1]:443", "localhost:9000"} {
+		c := Default()
+		c.Server.Listen = listen
+		if err := c.Validate(); err != nil {
+			t.Errorf("listen %q refused: %v", listen, err)
+		}
+	}
+}

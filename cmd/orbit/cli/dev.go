@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -32,7 +34,11 @@ const (
 	devCredentialsFile  = "dev.credentials.json"
 	// devDSNFile holds the local database's DSN while `orbit dev` runs, so
 	// that other orbit commands started from the same directory find it.
-	devDSNFile      = "dev.dsn"
+	devDSNFile = "dev.dsn"
+	// devPortFile remembers the local database's TCP port, so that a DSN
+	// exported from one run (ORBIT_RECEIVER_DSN) still works after a
+	// restart.
+	devPortFile     = "mysql.port"
 	devStartTimeout = 90 * time.Second
 )
 
@@ -46,13 +52,15 @@ func devCommand(app *App) *cobra.Command {
   1. a local database: with database.dsn / ORBIT_MYSQL_DSN set, that database;
      otherwise a private MariaDB/MySQL server started from the installed
      mariadbd or mysqld, with its data under .local/mysql, listening on
-     127.0.0.1 on a free port, stopped again when orbit dev exits;
+     127.0.0.1 on the port of the last run (.local/mysql.port) or, when
+     that is taken, on a new free port, stopped again when orbit dev exits;
   2. the platform migrations;
   3. dev credentials in .local/dev.credentials.json (namespace default,
      application dev, environment development, queue default, every permission);
   4. orbit serve with every server module on server.listen.
 
-Ctrl-C stops the server and the local database.`,
+The listen address is checked first: when it is taken, orbit dev stops
+before it starts anything. Ctrl-C stops the server and the local database.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := app.LoadConfig(cmd)
@@ -72,6 +80,13 @@ Ctrl-C stops the server and the local database.`,
 
 func (app *App) dev(ctx context.Context, cmd *cobra.Command, cfg *config.Config, stateDir string) error {
 	out := cmd.OutOrStdout()
+	// Bind the listener before anything else, so that a taken address
+	// fails at once instead of after starting and migrating a database.
+	ln, err := listen(cfg)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return fmt.Errorf("--state-dir: %w", err)
 	}
@@ -82,10 +97,13 @@ func (app *App) dev(ctx context.Context, cmd *cobra.Command, cfg *config.Config,
 		if _, err := mysqld.FindServer(); err != nil {
 			return err
 		}
+		portPath := filepath.Join(stateDir, devPortFile)
+		port, taken := rememberedPort(portPath)
 		startCtx, cancel := context.WithTimeout(ctx, devStartTimeout)
 		fmt.Fprintf(out, "starting local database in %s\n", filepath.Join(stateDir, "mysql"))
 		srv, err := mysqld.Start(startCtx, mysqld.Options{
 			DataDir: filepath.Join(stateDir, "mysql"),
+			Port:    port,
 			Durable: true,
 			LogFile: filepath.Join(stateDir, "mysql.log"),
 		})
@@ -111,6 +129,12 @@ func (app *App) dev(ctx context.Context, cmd *cobra.Command, cfg *config.Config,
 			return fmt.Errorf("dev: %w", err)
 		}
 		defer os.Remove(dsnPath)
+		if taken != 0 {
+			fmt.Fprintf(out, "port %d of the local database (%s) is taken by another process: using port %d instead; update any DSN you exported\n", taken, portPath, srv.Port())
+		}
+		if err := os.WriteFile(portPath, []byte(strconv.Itoa(srv.Port())+"\n"), 0o600); err != nil {
+			return fmt.Errorf("dev: %w", err)
+		}
 		fmt.Fprintf(out, "local database ready on 127.0.0.1:%d (database %s)\n", srv.Port(), devDatabase)
 		fmt.Fprintf(out, "receiver database for examples/result-inbox:\n      export ORBIT_RECEIVER_DSN='%s'\n", srv.DSN(devReceiverDatabase))
 	}
@@ -123,7 +147,26 @@ func (app *App) dev(ctx context.Context, cmd *cobra.Command, cfg *config.Config,
 	fmt.Fprintf(out, "dev credentials: %s\n", credPath)
 	fmt.Fprintf(out, "try:  TOKEN=$(sed -n 's/.*\"token\": \"\\(.*\\)\".*/\\1/p' %s)\n", credPath)
 	fmt.Fprintf(out, "      curl -s -H \"Authorization: Bearer $TOKEN\" %s/v1/credential\n", cfg.Server.URL())
-	return app.serve(ctx, cmd, cfg)
+	return app.serve(ctx, cmd, cfg, ln)
+}
+
+// rememberedPort returns the port in path when it is free now; when it is
+// taken it returns 0 and the taken port, and 0, 0 when path holds none.
+func rememberedPort(path string) (port, taken int) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0
+	}
+	p, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || p <= 0 || p > 65535 {
+		return 0, 0
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+	if err != nil {
+		return 0, p
+	}
+	l.Close()
+	return p, 0
 }
 
 func createDatabase(ctx context.Context, serverDSN, name string) error {

@@ -31,32 +31,55 @@ func validateCommand(app *App) *cobra.Command {
 	}
 }
 
+// version and revision are set at build time by the Makefile:
+//
+//	go build -ldflags "-X github.com/orbitrun/orbit/cmd/orbit/cli.version=v1.2.3 -X github.com/orbitrun/orbit/cmd/orbit/cli.revision=<commit>"
+//
+// When they are empty, `orbit version` falls back to the build information
+// the go command records (module version, vcs.revision, vcs.modified).
+var version, revision string
+
 func versionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print build information",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			version, revision, modified := "(devel)", "unknown", false
-			if bi, ok := debug.ReadBuildInfo(); ok {
-				if bi.Main.Version != "" {
-					version = bi.Main.Version
-				}
-				for _, s := range bi.Settings {
-					switch s.Key {
-					case "vcs.revision":
-						revision = s.Value
-					case "vcs.modified":
-						modified = s.Value == "true"
-					}
-				}
-			}
-			if modified {
-				revision += "+dirty"
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "orbit %s revision %s %s %s/%s\n", version, revision, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			bi, _ := debug.ReadBuildInfo()
+			v, rev := buildVersion(version, revision, bi)
+			fmt.Fprintf(cmd.OutOrStdout(), "orbit %s revision %s %s %s/%s\n", v, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		},
 	}
+}
+
+// buildVersion returns v and rev (set with -ldflags), each falling back to
+// the build information bi (which may be nil), then to "(devel)" and
+// "unknown".
+func buildVersion(v, rev string, bi *debug.BuildInfo) (string, string) {
+	if v == "" && bi != nil && bi.Main.Version != "" {
+		v = bi.Main.Version
+	}
+	if rev == "" && bi != nil {
+		modified := false
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+		if rev != "" && modified {
+			rev += "+dirty"
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	if rev == "" {
+		rev = "unknown"
+	}
+	return v, rev
 }
 
 func modulesCommand() *cobra.Command {

@@ -97,23 +97,33 @@ func (a *App) LoadConfig(cmd *cobra.Command) (*config.Config, error) {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
-		prefix := "config: "
-		if file != "" {
-			prefix = file + ": "
-		}
 		var lines []string
 		for _, e := range errs {
 			for _, leaf := range Flatten(e) {
-				line := strings.TrimSpace(leaf.Error())
-				if file == "" || !strings.HasPrefix(line, file+":") {
-					line = prefix + line
-				}
-				lines = append(lines, line)
+				lines = append(lines, configLine(file, positions, strings.TrimSpace(leaf.Error())))
 			}
 		}
 		return nil, errors.New(strings.Join(lines, "\n"))
 	}
 	return core, nil
+}
+
+// configLine places one config problem: a line that starts with the file
+// already is kept; a problem of a key the file set ("section.key: …", from
+// a module's Validate) gets that key's file:line; any other gets the file
+// name, or "config" when there is no file.
+func configLine(file string, positions map[string]string, line string) string {
+	if file != "" && strings.HasPrefix(line, file+":") {
+		return line
+	}
+	key, _, _ := strings.Cut(line, ": ")
+	if pos := positions[key]; pos != "" {
+		return pos + ": " + line
+	}
+	if file == "" {
+		return "config: " + line
+	}
+	return file + ": " + line
 }
 
 // Open loads config, logger and database for a CLI command (modules.CLI's

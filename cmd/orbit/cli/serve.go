@@ -32,7 +32,7 @@ the server gracefully within server.shutdown_timeout.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return app.serve(ctx, cmd, cfg)
+			return app.serve(ctx, cmd, cfg, nil)
 		},
 	}
 	cmd.Flags().String("listen", config.DefaultListen, "listen address host:port (server.listen)")
@@ -42,8 +42,13 @@ the server gracefully within server.shutdown_timeout.`,
 	return cmd
 }
 
-// serve runs the server until ctx is cancelled or serving fails.
-func (app *App) serve(ctx context.Context, cmd *cobra.Command, cfg *config.Config) error {
+// serve runs the server until ctx is cancelled or serving fails. It serves
+// on ln, which serve closes, or, when ln is nil, on a listener of its own
+// bound once the database is ready.
+func (app *App) serve(ctx context.Context, cmd *cobra.Command, cfg *config.Config, ln net.Listener) error {
+	if ln != nil {
+		defer ln.Close()
+	}
 	logger := newLogger(cfg, cmd.ErrOrStderr())
 	pool, err := openDatabase(ctx, cfg)
 	if err != nil {
@@ -69,9 +74,10 @@ func (app *App) serve(ctx context.Context, cmd *cobra.Command, cfg *config.Confi
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Server.Listen)
-	if err != nil {
-		return fmt.Errorf("server.listen: %w", err)
+	if ln == nil {
+		if ln, err = listen(cfg); err != nil {
+			return err
+		}
 	}
 	if err := srv.Start(ctx, ln); err != nil {
 		ln.Close()
@@ -90,4 +96,20 @@ func (app *App) serve(ctx context.Context, cmd *cobra.Command, cfg *config.Confi
 	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
 	defer cancel()
 	return errors.Join(serveErr, srv.Stop(stopCtx))
+}
+
+// listen binds server.listen. When the address is taken or not allowed,
+// the error is one line naming the address and how to choose another.
+func listen(cfg *config.Config) (net.Listener, error) {
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
+		reason := err.Error()
+		var opErr *net.OpError
+		if errors.As(err, &opErr) && opErr.Err != nil {
+			reason = opErr.Err.Error()
+		}
+		return nil, fmt.Errorf("cannot listen on %s (%s): choose another address with --listen or %s (server.listen)",
+			cfg.Server.Listen, reason, config.EnvName("server.listen"))
+	}
+	return ln, nil
 }

@@ -1,9 +1,14 @@
 package receiver
 
 import (
+	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	orbit "github.com/orbitrun/orbit/sdk/go"
 
@@ -78,5 +83,23 @@ func TestR2_InitRunsTheTwoCreateStatements(t *testing.T) {
 	got := Statements("-- a comment; not a statement\n\nCREATE TABLE a (\n  x INT -- no\n);\n  -- another\nCREATE TABLE b (y INT);\n")
 	if len(got) != 2 || got[0] != "CREATE TABLE a (\n  x INT -- no\n)" || got[1] != "CREATE TABLE b (y INT)" {
 		t.Errorf("Statements split %q", got)
+	}
+}
+
+// A Ctrl-C while consume is still starting (here while the platform does
+// not answer yet) is a requested stop: Consume returns nil, so
+// the command exits 0.
+func TestReceiverConsume_CtrlCWhileStartingIsNoError(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	creds := &orbit.Credentials{URL: srv.URL, Token: "token", QueueID: "0123456789abcdef0123456789abcdef"}
+	cfg := &Config{Credentials: creds, ReceiverName: DefaultReceiverName, SubscriptionID: "0123456789abcdef0123456789abcdef"}
+	ctx, stop := context.WithCancel(t.Context())
+	time.AfterFunc(200*time.Millisecond, stop)
+	if err := Consume(ctx, cfg, io.Discard, nil); err != nil {
+		t.Errorf("consume stopped while starting = %v, want nil", err)
 	}
 }

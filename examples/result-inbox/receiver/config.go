@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -100,7 +101,7 @@ func OpenReceiverDB(ctx context.Context, dsn string) (*sql.DB, error) {
 	defer cancel()
 	if err := db.PingContext(pingCtx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("receiver database %s: %w", c.DBName, redact(err))
+		return nil, fmt.Errorf("receiver database %s: %w", c.DBName, redactAt(err, c))
 	}
 	return db, nil
 }
@@ -112,4 +113,29 @@ func redact(err error) error {
 		return fmt.Errorf("mysql error %d: %s", me.Number, me.Message)
 	}
 	return errors.New("database unreachable")
+}
+
+// redactAt is redact for connecting to c: for a server that cannot be
+// reached it names the address tried (host:port or socket), but nothing
+// else of the DSN: no user, no password.
+func redactAt(err error, c *mysql.Config) error {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return redact(err)
+	}
+	return fmt.Errorf("database unreachable at %s %s (%s)", c.Net, c.Addr, reachReason(err))
+}
+
+// reachReason names why a connection failed without quoting the driver's
+// message, which may hold parts of the DSN.
+func reachReason(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timed out"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ENOENT):
+		return "no such socket"
+	}
+	return "cannot connect"
 }

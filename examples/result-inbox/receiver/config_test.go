@@ -3,6 +3,7 @@ package receiver
 import (
 	"errors"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -39,8 +40,9 @@ func TestR1_OpenReceiverDBNeedsTheDatabaseName(t *testing.T) {
 	}
 }
 
-// an unreachable receiver database is reported without the DSN.
-func TestR7_UnreachableDatabaseIsRedacted(t *testing.T) {
+// an unreachable receiver database is reported with the address tried
+// but without the rest of the DSN (user, password).
+func TestR7_UnreachableDatabaseNamesTheAddressOnly(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -55,8 +57,22 @@ func TestR7_UnreachableDatabaseIsRedacted(t *testing.T) {
 		db.Close()
 		t.Fatal("OpenReceiverDB reached a closed port")
 	}
-	if want := "receiver database receiver_example: database unreachable"; err.Error() != want {
+	if want := "receiver database receiver_example: database unreachable at tcp " + addr + " (connection refused)"; err.Error() != want {
 		t.Errorf("error %q, want %q", err, want)
+	}
+
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	cfg.Net, cfg.Addr = "unix", sock
+	db, err = OpenReceiverDB(t.Context(), cfg.FormatDSN())
+	if err == nil {
+		db.Close()
+		t.Fatal("OpenReceiverDB reached a missing socket")
+	}
+	if want := "receiver database receiver_example: database unreachable at unix " + sock + " (no such socket)"; err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+	if strings.Contains(err.Error(), "pw-never-printed") || strings.Contains(err.Error(), "receiver@") {
+		t.Errorf("error %q shows the credentials", err)
 	}
 }
 

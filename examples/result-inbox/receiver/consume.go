@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,11 +13,21 @@ import (
 )
 
 // Consume receives an existing subscription's results and applies each
-// through the Inbox until ctx ends (seed 000 §3). At start it fetches the
+// through the Inbox until ctx ends (seed 000 §3); a stop by ctx, even during start, returns nil. At start it fetches the
 // subscription and refuses to run if its queue is not the configured one, so
 // a misconfigured receiver never burns delivery budget. It stops only this
 // process: the shared subscription is not paused.
 func Consume(ctx context.Context, cfg *Config, out io.Writer, logger *slog.Logger) error {
+	err := consume(ctx, cfg, out, logger)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// SIGINT or SIGTERM while starting (for example while the platform
+		// does not answer yet): a requested stop, not a failure.
+		return nil
+	}
+	return err
+}
+
+func consume(ctx context.Context, cfg *Config, out io.Writer, logger *slog.Logger) error {
 	if cfg.SubscriptionID == "" {
 		return fmt.Errorf("%s is not set: give the id of a subscription this credential created", EnvSubscriptionID)
 	}
