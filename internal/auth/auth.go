@@ -218,6 +218,7 @@ func Require(a Authenticator, perm string, next http.Handler) http.Handler {
 			httpx.WriteError(w, r, httpx.Errorf(httpx.CodePermissionDenied, "credential lacks permission %s", perm))
 			return
 		}
+		httpx.SetCredential(r, p.CredentialID)
 		next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
 	})
 }

@@ -67,7 +67,9 @@ func WriteData(w http.ResponseWriter, r *http.Request, status int, data any) {
 // Retry-After: 1.
 func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	id := requestID(r)
-	writeError(w, id, wireError(r, id, err))
+	e := wireError(r, id, err)
+	stateFrom(r.Context()).setCode(e.Code)
+	writeError(w, id, e)
 }
 
 // wireError returns what the client of request id is told about err,

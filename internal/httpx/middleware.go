@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -45,6 +46,33 @@ type requestState struct {
 	base context.Context
 	// next is the handler Middleware wraps, normally the router.
 	next http.Handler
+
+	// mu guards what the handler reports for the request's log line.
+	mu sync.Mutex
+	// code is the C-7 code of the error the request was answered with.
+	code Code
+	// credentialID is the authenticated caller's credential, never a token.
+	credentialID string
+}
+
+// SetCredential records the credential that r was authenticated as, for the
+// request's log line. It is called by the authentication middleware and the
+// WebSocket upgrades; outside Middleware it does nothing.
+func SetCredential(r *http.Request, credentialID string) {
+	if st := stateFrom(r.Context()); st != nil {
+		st.mu.Lock()
+		st.credentialID = credentialID
+		st.mu.Unlock()
+	}
+}
+
+// setCode records the code of the error that answers the request of st.
+func (st *requestState) setCode(code Code) {
+	if st != nil {
+		st.mu.Lock()
+		st.code = code
+		st.mu.Unlock()
+	}
 }
 
 type stateKey struct{}
@@ -150,6 +178,7 @@ func Middleware(opts MiddlewareOptions, next http.Handler) http.Handler {
 					p = http.ErrAbortHandler
 				} else {
 					clear(w.Header())
+					st.setCode(CodeInternal)
 					writeError(rw, id, &Error{Code: CodeInternal, Message: internalMessage})
 					p = nil
 				}
@@ -161,11 +190,13 @@ func Middleware(opts MiddlewareOptions, next http.Handler) http.Handler {
 		}()
 
 		if credentialInQuery(r.URL.RawQuery) {
+			st.setCode(CodeInvalidArgument)
 			writeError(rw, id, &Error{Code: CodeInvalidArgument, Message: "credentials must not be sent in the URL"})
 			return
 		}
 		next.ServeHTTP(rw, r)
 		if !rw.started() {
+			st.setCode(CodeInternal)
 			writeError(rw, id, internalError(r, id, "handler returned without writing a response"))
 		}
 	})
@@ -177,13 +208,21 @@ func logRequest(st *requestState, r *http.Request, next http.Handler, rw *respon
 	if rw.hijacked && status == 0 {
 		status = http.StatusSwitchingProtocols
 	}
-	st.logger.LogAttrs(r.Context(), slog.LevelInfo, "request",
+	attrs := []slog.Attr{
 		slog.String("method", r.Method),
 		slog.String("route", routeTemplate(next, r)),
 		slog.Int("status", status),
-		slog.Duration("duration", d),
-		slog.String("remote_addr", r.RemoteAddr),
-	)
+	}
+	st.mu.Lock()
+	if st.code != "" {
+		attrs = append(attrs, slog.String("code", string(st.code)))
+	}
+	if st.credentialID != "" {
+		attrs = append(attrs, slog.String("credential_id", st.credentialID))
+	}
+	st.mu.Unlock()
+	attrs = append(attrs, slog.Duration("duration", d), slog.String("remote_addr", r.RemoteAddr))
+	st.logger.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 }
 
 // routeTemplate returns the path template of the route that r matches when

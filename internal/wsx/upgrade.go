@@ -259,6 +259,7 @@ func (e *Entry) check(r *http.Request) (*auth.Principal, error) {
 	if p == nil {
 		return nil, errors.New("wsx: authenticate returned no principal and no error")
 	}
+	httpx.SetCredential(r, p.CredentialID)
 	if !p.Can(e.cfg.Permission) {
 		return nil, httpx.Errorf(httpx.CodePermissionDenied, "credential lacks permission %s", e.cfg.Permission)
 	}
