@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -96,6 +97,10 @@ func StartOn(t testing.TB, pool *sql.DB, opts ...Option) *Server {
 		defer cancel()
 		if err := srv.Stop(stopCtx); err != nil {
 			t.Errorf("servertest: stop: %v", err)
+		}
+		logged := (&Server{logs: logs}).Logs()
+		for _, secret := range Secrets(logged) {
+			t.Errorf("servertest: the server logged a secret (%.12s…): %s", secret, logged)
 		}
 	})
 	return &Server{URL: hs.URL, DB: pool, Config: cfg, Instances: in, Routes: srv.Routes(), logs: logs}
@@ -329,4 +334,23 @@ func (s *Server) GrantChanges(permission string) []GrantChange {
 			exec(t, `DELETE FROM credential_queue_grants WHERE credential_id = ?`, id)
 		}},
 	}
+}
+
+// secretPattern matches what the server must never log: a bearer token
+// ("orbit_" and 43 base64url characters) or a lease secret (43 base64url
+// characters standing alone; IDs and request ids are 32 hex characters).
+var secretPattern = regexp.MustCompile(`orbit_[A-Za-z0-9_-]{43}|(?:^|[^A-Za-z0-9_-])([A-Za-z0-9_-]{43})(?:[^A-Za-z0-9_-]|$)`)
+
+// Secrets returns the tokens and lease secrets found in logs. Every test
+// server's logs are scanned when its test ends, and a hit fails the test.
+func Secrets(logs string) []string {
+	var found []string
+	for _, m := range secretPattern.FindAllStringSubmatch(logs, -1) {
+		if m[1] != "" {
+			found = append(found, m[1])
+		} else {
+			found = append(found, m[0])
+		}
+	}
+	return found
 }
