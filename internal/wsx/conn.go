@@ -310,6 +310,15 @@ func (c *Conn) SendError(replyTo string, err error) error {
 	return c.Send(ErrorFrame(replyTo, code, strings.ToValidUTF8(msg, "\uFFFD")))
 }
 
+// CloseStatus returns how the connection closed: its code, reason and
+// whether the peer closed first; ok is false while it is open.
+func (c *Conn) CloseStatus() (status CloseError, ok bool) {
+	if !c.isClosing() {
+		return CloseError{}, false
+	}
+	return c.status, true
+}
+
 // Close starts closing the connection with code and reason (at most 123
 // bytes are sent) and returns at once. The writer first writes the frames
 // already queued, then the close frame, both within the write timeout, and

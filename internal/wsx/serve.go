@@ -38,6 +38,13 @@ type Session interface {
 	End()
 }
 
+// Counter is implemented by sessions that count what they did (frames
+// delivered, acknowledged …), for the session's close log line.
+type Counter interface {
+	// Counts returns the counts as log attributes; it is called after End.
+	Counts() []slog.Attr
+}
+
 // OpenFunc answers the hello frame f of connection c, upgraded from r. It
 // returns the connection's session after having sent the welcome; an error
 // when the hello is refused, which Serve then sends in reply to f before
@@ -81,6 +88,18 @@ func (e *Entry) Serve(w http.ResponseWriter, r *http.Request, helloType string, 
 	if s == nil {
 		return
 	}
+	opened := time.Now()
+	e.logSession(c, "session open")
+	defer func() {
+		attrs := []slog.Attr{slog.Duration("duration", time.Since(opened))}
+		if st, ok := c.CloseStatus(); ok {
+			attrs = append(attrs, slog.Int("close_code", st.Code), slog.Bool("closed_by_peer", st.ByPeer))
+		}
+		if counter, ok := s.(Counter); ok {
+			attrs = append(attrs, counter.Counts()...)
+		}
+		e.logSession(c, "session close", attrs...)
+	}()
 	defer s.End()
 	dispatched := make(chan struct{})
 	go func() {
@@ -95,6 +114,17 @@ func (e *Entry) Serve(w http.ResponseWriter, r *http.Request, helloType string, 
 			return
 		}
 	}
+}
+
+// logSession writes one line about connection c's session: the entry's
+// sub-protocol, the session id and the credential id (never a token), then
+// attrs.
+func (e *Entry) logSession(c *Conn, msg string, attrs ...slog.Attr) {
+	base := []slog.Attr{
+		slog.String("entry", e.cfg.Subprotocol), slog.String("session_id", c.Session()),
+		slog.String("credential_id", c.Principal().CredentialID),
+	}
+	c.Logger().LogAttrs(context.Background(), slog.LevelInfo, msg, append(base, attrs...)...)
 }
 
 // CheckHello checks the members every hello carries: the ID of what it

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/orbitrun/orbit/internal/auth"
@@ -121,6 +123,14 @@ type session struct {
 	// acks are the ACKs waiting for their batch's commit; the
 	// connection's handler ends after their answers.
 	acks *batch.Waiting
+	// delivered and acked count event.deliver frames sent and ACKs
+	// recorded (first time), for the session's close log line.
+	delivered, ackCount atomic.Int64
+}
+
+// Counts returns what the session did, for its close log line.
+func (s *session) Counts() []slog.Attr {
+	return []slog.Attr{slog.Int64("delivered", s.delivered.Load()), slog.Int64("acked", s.ackCount.Load())}
 }
 
 // End waits for the answers of the ACKs still in a batch, then closes the
@@ -294,6 +304,7 @@ func (s *session) acked(f *wsx.Frame, res subscriptions.AckResult, err error) {
 		return
 	}
 	if !res.Deduplicated {
+		s.ackCount.Add(1)
 		s.signalFreed()
 	}
 	s.c.Reply(f, typeReply, res)
@@ -374,7 +385,11 @@ func (s *session) Dispatch() {
 // when the connection is closing.
 func (s *session) deliver(l *subscriptions.Lease) bool {
 	body := deliverBody{Delivery: l.Delivery.View(), Event: l.Event, LeaseSecret: l.Secret}
-	return s.c.SendLease(typeDeliver, body, func(err error) { s.deliveryUnsent(l, err) })
+	sent := s.c.SendLease(typeDeliver, body, func(err error) { s.deliveryUnsent(l, err) })
+	if sent {
+		s.delivered.Add(1)
+	}
+	return sent
 }
 
 // deliveryUnsent gives back the lease of l, whose event.deliver was not
