@@ -303,16 +303,6 @@ func (e *env) leaseTask(t *testing.T, c servertest.Credential, id string) (tasks
 	return assigned[0], grant
 }
 
-// head returns the committed head of a queue's result log.
-func (e *env) head(t *testing.T, queueID string) uint64 {
-	t.Helper()
-	s, err := tasks.StreamGet(context.Background(), e.srv.DB, queueID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.Head
-}
-
 // events returns the events of a queue's log, in sequence order.
 func (e *env) events(t *testing.T, queueID string) []tasks.Event {
 	t.Helper()
