@@ -97,6 +97,10 @@ type Conn struct {
 	sessionMu sync.Mutex
 	session   string
 
+	// leasesSent counts the frames SendLease wrote, for the session's
+	// close log line.
+	leasesSent atomic.Int64
+
 	closeOnce sync.Once
 	closing   chan struct{} // closed when closing starts
 	status    CloseError    // set before closing is closed

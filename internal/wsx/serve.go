@@ -38,8 +38,9 @@ type Session interface {
 	End()
 }
 
-// Counter is implemented by sessions that count what they did (frames
-// delivered, acknowledged …), for the session's close log line.
+// Counter is implemented by sessions that count what they did beyond the
+// leases the connection sent (which Serve counts itself), such as ACKs
+// recorded, for the session's close log line.
 type Counter interface {
 	// Counts returns the counts as log attributes; it is called after End.
 	Counts() []slog.Attr
@@ -91,7 +92,7 @@ func (e *Entry) Serve(w http.ResponseWriter, r *http.Request, helloType string, 
 	opened := time.Now()
 	e.logSession(c, "session open")
 	defer func() {
-		attrs := []slog.Attr{slog.Duration("duration", time.Since(opened))}
+		attrs := []slog.Attr{slog.Duration("duration", time.Since(opened)), slog.Int64("leases_sent", c.leasesSent.Load())}
 		if st, ok := c.CloseStatus(); ok {
 			attrs = append(attrs, slog.Int("close_code", st.Code), slog.Bool("closed_by_peer", st.ByPeer))
 		}
@@ -224,6 +225,7 @@ func (c *Conn) SendLease(typ string, body any, unsent func(cause error)) bool {
 		err = c.Send(f)
 	}
 	if err == nil {
+		c.leasesSent.Add(1)
 		return true
 	}
 	unsent(err)

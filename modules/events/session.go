@@ -123,14 +123,14 @@ type session struct {
 	// acks are the ACKs waiting for their batch's commit; the
 	// connection's handler ends after their answers.
 	acks *batch.Waiting
-	// delivered and acked count event.deliver frames sent and ACKs
-	// recorded (first time), for the session's close log line.
-	delivered, ackCount atomic.Int64
+	// ackCount counts the ACKs recorded (first time), for the session's
+	// close log line.
+	ackCount atomic.Int64
 }
 
-// Counts returns what the session did, for its close log line.
+// Counts returns the ACKs the session recorded, for its close log line.
 func (s *session) Counts() []slog.Attr {
-	return []slog.Attr{slog.Int64("delivered", s.delivered.Load()), slog.Int64("acked", s.ackCount.Load())}
+	return []slog.Attr{slog.Int64("acked", s.ackCount.Load())}
 }
 
 // End waits for the answers of the ACKs still in a batch, then closes the
@@ -385,11 +385,7 @@ func (s *session) Dispatch() {
 // when the connection is closing.
 func (s *session) deliver(l *subscriptions.Lease) bool {
 	body := deliverBody{Delivery: l.Delivery.View(), Event: l.Event, LeaseSecret: l.Secret}
-	sent := s.c.SendLease(typeDeliver, body, func(err error) { s.deliveryUnsent(l, err) })
-	if sent {
-		s.delivered.Add(1)
-	}
-	return sent
+	return s.c.SendLease(typeDeliver, body, func(err error) { s.deliveryUnsent(l, err) })
 }
 
 // deliveryUnsent gives back the lease of l, whose event.deliver was not

@@ -9,7 +9,7 @@ import (
 // TestO6_SessionLogsOpenAndClose: an event session logs one line when it
 // opens and one when it closes, with the entry, the session id and the
 // credential id (never the token), and at the close the close code and
-// what it did: deliveries sent and ACKs recorded.
+// what it did: deliveries sent (leases_sent) and ACKs recorded.
 func TestO6_SessionLogsOpenAndClose(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -40,7 +40,7 @@ func TestO6_SessionLogsOpenAndClose(t *testing.T) {
 			t.Fatalf("session lines:\nopen:  %s\nclose: %s", open, closed)
 		}
 	}
-	for _, want := range []string{"delivered=1", "acked=1", "close_code=", "duration="} {
+	for _, want := range []string{"leases_sent=1", "acked=1", "close_code=", "duration="} {
 		if !strings.Contains(closed, want) {
 			t.Fatalf("close line without %s: %s", want, closed)
 		}

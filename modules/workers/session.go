@@ -201,14 +201,15 @@ type session struct {
 	// completions are the completions waiting for their batch's commit;
 	// the handler ends after their answers.
 	completions *batch.Waiting
-	// assigned and completed count task.assign frames sent and completions
-	// applied (first time), for the session's close log line.
-	assigned, completed atomic.Int64
+	// completed counts the completions applied (first time), for the
+	// session's close log line.
+	completed atomic.Int64
 }
 
-// Counts returns what the session did, for its close log line.
+// Counts returns the completions the session applied, for its close log
+// line.
 func (s *session) Counts() []slog.Attr {
-	return []slog.Attr{slog.Int64("assigned", s.assigned.Load()), slog.Int64("completed", s.completed.Load())}
+	return []slog.Attr{slog.Int64("completed", s.completed.Load())}
 }
 
 // End waits for the answers of the completions still in a batch, then
@@ -530,11 +531,7 @@ func (s *session) sendAssign(a *tasks.Assignment) bool {
 		AttemptID: a.AttemptID, Epoch: httpx.Uint64(a.Epoch),
 		LeaseUntil: httpx.FormatTime(a.LeaseUntil), LeaseSecret: a.LeaseSecret,
 	}
-	sent := s.c.SendLease(typeAssign, body, func(err error) { s.leaseUnsent(a, err) })
-	if sent {
-		s.assigned.Add(1)
-	}
-	return sent
+	return s.c.SendLease(typeAssign, body, func(err error) { s.leaseUnsent(a, err) })
 }
 
 // leaseUnsent releases the lease of a, whose task.assign was not sent
