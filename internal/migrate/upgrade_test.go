@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -21,8 +23,9 @@ const singleFolder = "testdata/migrations/v1"
 
 // TestMigrate_DatabaseFromTheSingleFolderUpgrades: a database migrated from
 // the single folder, as the runner of that time recorded it, is current for
-// the files each module owns now: Up applies nothing, Status reports every
-// file applied, and Check, which orbit serve runs before it starts, passes.
+// the files each module owns now: Up applies only the files written since,
+// Status reports every file applied, and Check, which orbit serve runs
+// before it starts, passes.
 func TestMigrate_DatabaseFromTheSingleFolderUpgrades(t *testing.T) {
 	t.Parallel()
 	pool, _ := setup(t)
@@ -50,9 +53,17 @@ func TestMigrate_DatabaseFromTheSingleFolderUpgrades(t *testing.T) {
 	}
 
 	set := modules.Migrations()
+	now, err := migrate.Load(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var since []string
+	for _, f := range now[len(names):] {
+		since = append(since, f.Name)
+	}
 	applied, err := migrate.Up(ctx, pool, set)
-	if err != nil || len(applied) != 0 {
-		t.Fatalf("Up on the old database applied %v, %v; want nothing", applied, err)
+	if err != nil || !slices.Equal(applied, since) {
+		t.Fatalf("Up on the old database applied %v, %v; want only the files written since: %v", applied, err, since)
 	}
 	if err := migrate.Check(ctx, pool, set); err != nil {
 		t.Errorf("Check (orbit serve's schema check) = %v", err)
@@ -61,8 +72,8 @@ func TestMigrate_DatabaseFromTheSingleFolderUpgrades(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st) != len(names) {
-		t.Errorf("Status lists %d migrations, want %d: %+v", len(st), len(names), st)
+	if len(st) != len(now) {
+		t.Errorf("Status lists %d migrations, want %d: %+v", len(st), len(now), st)
 	}
 	for _, s := range st {
 		if s.State != migrate.StateApplied || s.Module == "" {
@@ -71,17 +82,23 @@ func TestMigrate_DatabaseFromTheSingleFolderUpgrades(t *testing.T) {
 	}
 	// The rows keep the old names, so an orbit of that time still accepts
 	// the database during a rolling upgrade.
-	if after := recordedRows(t, pool); len(after) != len(before) {
-		t.Errorf("schema_migrations changed: %+v", after)
+	if after := recordedRows(t, pool); len(after) != len(now) {
+		t.Errorf("schema_migrations: %+v, want %d rows", after, len(now))
 	} else {
-		for i := range after {
+		for i := range before {
 			if after[i] != before[i] {
 				t.Errorf("row %d changed from %+v to %+v", i, before[i], after[i])
 			}
 		}
 	}
-	if _, err := migrate.Up(ctx, pool, old); err != nil {
+	// An orbit of that time refuses only because of the files written
+	// since, never because of a renamed one.
+	_, err = migrate.Up(ctx, pool, old)
+	switch {
+	case len(since) == 0 && err != nil:
 		t.Errorf("Up with the single folder after the upgrade: %v", err)
+	case len(since) > 0 && (err == nil || !strings.Contains(err.Error(), since[0])):
+		t.Errorf("Up with the single folder after the upgrade = %v, want a refusal naming %s", err, since[0])
 	}
 }
 
