@@ -178,12 +178,13 @@ type DeliveryView struct {
 	AcknowledgedAt string       `json:"acknowledged_at,omitempty"`
 	ExpiredReason  string       `json:"expired_reason,omitempty"`
 	LastError      string       `json:"last_error,omitempty"`
-	Nacks          int          `json:"nacks"`
+	Nacks          int          `json:"nacks,omitempty"`
 }
 
 // View returns the wire form of d. lease_until appears only while LEASED,
-// acknowledged_at only when ACKED, expired_reason only when EXPIRED and
-// last_error only once there was one.
+// acknowledged_at only when ACKED, expired_reason only when EXPIRED,
+// last_error only once there was one and nacks only once there was one, so
+// that a consumer that never NACKs sees the seed's delivery.
 func (d *Delivery) View() DeliveryView {
 	v := DeliveryView{
 		CreatedAt: httpx.FormatTime(d.CreatedAt), ID: d.ID, SubscriptionID: d.SubscriptionID,
