@@ -178,7 +178,7 @@ type DeliveryView struct {
 	AcknowledgedAt string       `json:"acknowledged_at,omitempty"`
 	ExpiredReason  string       `json:"expired_reason,omitempty"`
 	LastError      string       `json:"last_error,omitempty"`
-	Nacks          int          `json:"nacks,omitempty"`
+	Nacks          int          `json:"nacks,omitzero"`
 }
 
 // View returns the wire form of d. lease_until appears only while LEASED,
