@@ -2,6 +2,7 @@ package orbit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"sync"
