@@ -297,7 +297,7 @@ func TestF5_SlowHeadersClosedByReadHeaderTimeout(t *testing.T) {
 func TestF5_ConnectionChurnLeavesNoGoroutines(t *testing.T) {
 	const (
 		cycles     = 10_000
-		upgradeOne = 50 // every 50th cycle is a WebSocket upgrade
+		upgradeOne = 100 // every 100th cycle is a WebSocket upgrade
 		loops      = 8
 	)
 	srv := servertest.Start(t)
