@@ -493,12 +493,12 @@ func (r *run) drain(submitted int) bool {
 		err := r.pool.QueryRow(`SELECT
 				(SELECT COUNT(*) FROM tasks WHERE queue_id = ?),
 				(SELECT COUNT(*) FROM tasks WHERE queue_id = ? AND state = 'SUCCEEDED'),
-				(SELECT COUNT(*) FROM result_events WHERE queue_id = ?),
+				(SELECT COUNT(*) FROM result_events WHERE queue_id = ? AND type = 'task.succeeded'),
 				(SELECT COUNT(*) FROM event_deliveries WHERE subscription_id = ? AND state = 'ACKED'),
 				(SELECT COUNT(*) FROM event_deliveries WHERE subscription_id = ? AND state = 'ACKED')`,
 			r.queueID, r.queueID, r.queueID, r.subA, r.subB).Scan(&tasks, &succeeded, &events, &ackedA, &ackedB)
 		if err == nil {
-			last = fmt.Sprintf("submitted %d, tasks %d, succeeded %d, results %d, ACKED receiver %d, consumer %d",
+			last = fmt.Sprintf("submitted %d, tasks %d, succeeded %d, task.succeeded results %d, ACKED receiver %d, consumer %d",
 				submitted, tasks, succeeded, events, ackedA, ackedB)
 			if tasks == submitted && succeeded == tasks && events == succeeded && ackedA == events && ackedB == events {
 				r.t.Logf("drained: %s", last)

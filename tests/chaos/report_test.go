@@ -28,6 +28,7 @@ type report struct {
 	redeliveredA, redeliveredB            int
 	tasksRunTwice                         int
 	outcomes                              map[string]int
+	otherResults                          map[string]int // results of other types: not subscribed
 	faults                                map[string]*faultStats
 	evidence                              []string
 }
@@ -101,6 +102,16 @@ func (r *run) report(submitted int) *report {
 		return nil
 	})
 	rep.produced = len(events)
+	rep.otherResults = map[string]int{}
+	q(`SELECT type, COUNT(*) FROM result_events WHERE queue_id = ? AND type <> 'task.succeeded' GROUP BY type`, []any{r.queueID}, func(rows *sql.Rows) error {
+		var typ string
+		var n int
+		if err := rows.Scan(&typ, &n); err != nil {
+			return err
+		}
+		rep.otherResults[typ] = n
+		return nil
+	})
 	for task, n := range perTask {
 		if n > 1 {
 			rep.appendedTwice++
@@ -302,6 +313,14 @@ func (rep *report) markdown() string {
 	row := func(k string, v any) { fmt.Fprintf(&b, "| %s | %v |\n", k, v) }
 	row("tasks submitted / SUCCEEDED", fmt.Sprintf("%d / %d", rep.submitted, rep.succeeded))
 	row("results produced (task.succeeded in the log)", rep.produced)
+	var others []string
+	for typ, n := range rep.otherResults {
+		others = append(others, fmt.Sprintf("%s %d", typ, n))
+	}
+	sort.Strings(others)
+	if len(others) > 0 {
+		row("other results in the log (not subscribed)", strings.Join(others, " · "))
+	}
 	row("results applied at the receiver (Inbox, view advanced)", rep.applied)
 	if rep.unfinished > 0 || rep.undelivered > 0 {
 		row("NOT DRAINED: tasks unfinished / results not yet ACKed on both subscriptions", fmt.Sprintf("%d / %d", rep.unfinished, rep.undelivered))
