@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -21,8 +22,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orbitrun/orbit/cmd/orbit/server"
+	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
-	"github.com/orbitrun/orbit/internal/testkit/servertest"
+	"github.com/orbitrun/orbit/internal/testkit/testdb"
+	"github.com/orbitrun/orbit/modules"
+	"github.com/orbitrun/orbit/modules/admin"
 	orbit "github.com/orbitrun/orbit/sdk/go"
 )
 
@@ -59,11 +64,10 @@ func TestF5_Soak128Consumers(t *testing.T) {
 	if warmup == 0 {
 		warmup = max(duration/10, 30*time.Second)
 	}
-	srv := servertest.Start(t)
-	cred := srv.Credential(t, servertest.CredentialParams{Permissions: auth.AllPermissions})
+	url, token, queueID := startServer(t)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: 30 * time.Second}
 	t.Cleanup(hc.CloseIdleConnections)
-	client, err := orbit.NewClient(srv.URL, cred.Token, orbit.WithHTTPClient(hc))
+	client, err := orbit.NewClient(url, token, orbit.WithHTTPClient(hc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +77,7 @@ func TestF5_Soak128Consumers(t *testing.T) {
 	var subIDs []string
 	for i := range subscriptions {
 		res, err := client.CreateSubscription(ctx, fmt.Sprintf("soak:%d", i), orbit.CreateSubscriptionRequest{
-			Name: fmt.Sprintf("soak-%d", i), QueueID: cred.QueueID, Types: []string{orbit.EventTypeTaskCancelled}, MaxPending: 1000,
+			Name: fmt.Sprintf("soak-%d", i), QueueID: queueID, Types: []string{orbit.EventTypeTaskCancelled}, MaxPending: 1000,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -86,7 +90,7 @@ func TestF5_Soak128Consumers(t *testing.T) {
 	runErrs := make(chan error, consumers)
 	for i := range consumers {
 		c, err := orbit.NewEventConsumer(orbit.EventConsumerConfig{
-			BaseURL: srv.URL, Token: cred.Token, SubscriptionID: subIDs[i%subscriptions], Capacity: 4, Logger: quiet,
+			BaseURL: url, Token: token, SubscriptionID: subIDs[i%subscriptions], Capacity: 4, Logger: quiet,
 		}, func(context.Context, *orbit.Delivery) error {
 			acked.Add(1)
 			return nil
@@ -114,7 +118,7 @@ func TestF5_Soak128Consumers(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			if err := produce(ctx, client, cred.QueueID, n); err != nil {
+			if err := produce(ctx, client, queueID, n); err != nil {
 				if ctx.Err() == nil {
 					produceErr.Store(err)
 				}
@@ -169,6 +173,53 @@ func TestF5_Soak128Consumers(t *testing.T) {
 	if g > flatWithin || g < -flatWithin || r > flatWithin || r < -flatWithin {
 		t.Errorf("not flat within %.0f %% after warm-up:\n%s", 100*flatWithin, report)
 	}
+}
+
+// startServer runs an Orbit server in this process on a fresh database,
+// as servertest does but with its log discarded: servertest keeps every
+// log line in memory, which would grow the RSS this test measures. It
+// returns the server's URL and a token with every permission on a queue.
+func startServer(t *testing.T) (url, token, queueID string) {
+	pool := testdb.New(t)
+	cfg := config.Default()
+	in := modules.NewInstances()
+	if err := in.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	srv, err := server.New(ctx, server.Params{Config: cfg, DB: pool, Logger: slog.New(slog.DiscardHandler), Instances: in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.StartModules(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewUnstartedServer(nil)
+	hs.Config = srv.HTTPServer()
+	hs.Listener = srv.Listener(hs.Listener)
+	hs.Start()
+	t.Cleanup(func() {
+		hs.CloseClientConnections()
+		hs.Close()
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Stop(stopCtx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	store := admin.NewStore(pool)
+	sc, err := store.ScopeEnsure(ctx, &admin.ScopeEnsureParams{Namespace: "soak", Application: "soak", Environment: "soak", Queue: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, token, err = store.CredentialCreate(ctx, &admin.CredentialCreateParams{
+		NamespaceID: sc.NamespaceID, ApplicationID: sc.ApplicationID, EnvironmentID: sc.EnvironmentID,
+		Permissions: auth.AllPermissions, Queues: []string{sc.QueueID},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hs.URL, token, sc.QueueID
 }
 
 // produce appends one task.cancelled result: it submits a task and cancels
