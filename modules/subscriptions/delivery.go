@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -200,7 +201,11 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 		}
 		var enabled bool
 		var queueID string
-		if err := tx.QueryRowContext(ctx, `SELECT enabled, queue_id FROM subscriptions WHERE id = ?`, subscriptionID).Scan(&enabled, &queueID); err != nil {
+		err = tx.QueryRowContext(ctx, `SELECT enabled, queue_id FROM subscriptions WHERE id = ?`, subscriptionID).Scan(&enabled, &queueID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrSubscriptionDeleted
+		}
+		if err != nil {
 			return err
 		}
 		if !enabled {
@@ -264,10 +269,10 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 			ids = append(ids, d.ID)
 			sequences = append(sequences, d.Sequence)
 		}
-		args := append([]any{until, p.SessionID}, digests...)
+		args := append([]any{until, p.SessionID, now}, digests...)
 		args = append(args, ids...)
 		if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'LEASED', revision = revision + 1,
-			lease_epoch = lease_epoch + 1, attempts = attempts + 1, lease_until = ?, lease_session_id = ?,
+			lease_epoch = lease_epoch + 1, attempts = attempts + 1, lease_until = ?, lease_session_id = ?, leased_at = ?,
 			lease_secret_digest = CASE id`+strings.Repeat(" WHEN ? THEN ?", len(picked))+` END
 			WHERE id IN (`+db.Placeholders(len(picked))+`)`, args...); err != nil {
 			return err
@@ -462,8 +467,11 @@ func deliveryAckBatch(ctx context.Context, pool *sql.DB, grants auth.GrantChecke
 			append([]any{now}, ackedIDs...)...); err != nil {
 			return err
 		}
+		// A replayed delivery (K-8) is acknowledged again: its record
+		// then holds the latest ACK.
 		_, err = tx.ExecContext(ctx, `INSERT INTO delivery_acks (delivery_id, subscription_id, epoch, session_id, acknowledged_at)
-			VALUES `+strings.Join(values, ", "), audit...)
+			VALUES `+strings.Join(values, ", ")+` ON DUPLICATE KEY UPDATE epoch = VALUES(epoch), session_id = VALUES(session_id),
+			acknowledged_at = VALUES(acknowledged_at)`, audit...)
 		return err
 	})
 	if err != nil {
