@@ -58,7 +58,7 @@ func subscriptionStats(ctx context.Context, q Querier, log Log, subs []*Subscrip
 		ids[i] = s.ID
 	}
 	type live struct {
-		count          int
+		count           int
 		oldest, retryAt time.Time
 	}
 	states := map[string]map[string]live{}
