@@ -45,6 +45,7 @@ type dialOutcome struct {
 	ec         *EventConn
 	retryAfter time.Duration
 	err        error
+	intents    []AckProof // the stored ACK intents read before dialling
 }
 
 // connItem is a delivery, or the end of a connection, from its reader.
@@ -214,8 +215,13 @@ func (r *consumerRun) startConnect() {
 		Capacity: r.c.cfg.Capacity, Dialer: r.c.cfg.Dialer, Trace: r.c.cfg.Trace,
 	}
 	r.goBackground(func() {
+		intents, err := r.loadAckIntents(ctx)
+		if err != nil {
+			ch <- dialOutcome{err: err}
+			return
+		}
 		ec, retryAfter, err := dialEvents(ctx, cfg)
-		ch <- dialOutcome{ec: ec, retryAfter: retryAfter, err: err}
+		ch <- dialOutcome{ec: ec, retryAfter: retryAfter, err: err, intents: intents}
 	})
 }
 
@@ -245,6 +251,7 @@ func (r *consumerRun) dialed(res dialOutcome) error {
 		slog.Bool("enabled", w.Enabled), slog.Int("unanswered_acks", len(r.pending)))
 	// Acknowledgements first: a proof sent again settles its delivery
 	// before new deliveries arrive on this connection.
+	r.takeAckIntents(res.intents)
 	for _, p := range r.pending {
 		if r.conn != conn {
 			break
@@ -446,6 +453,7 @@ func (r *consumerRun) acked(a ackOutcome) error {
 		if p != nil {
 			delete(r.pending, a.proof.DeliveryID)
 		}
+		r.settleAckIntent(a.proof)
 		log.Debug("orbit consumer: delivery acknowledged", slog.Bool("deduplicated", a.res.Deduplicated))
 		return nil
 	}
@@ -455,12 +463,14 @@ func (r *consumerRun) acked(a ackOutcome) error {
 		if p != nil {
 			delete(r.pending, a.proof.DeliveryID)
 		}
+		r.settleAckIntent(a.proof)
 		log.Info("orbit consumer: lease lost; the event will be delivered again")
 		return nil
 	case IsCode(a.err, CodeInvalidArgument):
 		if p != nil {
 			delete(r.pending, a.proof.DeliveryID)
 		}
+		r.settleAckIntent(a.proof)
 		log.Error("orbit consumer: acknowledgement refused", slog.String("error", a.err.Error()))
 		return nil
 	case sessionFatal(a.err):
