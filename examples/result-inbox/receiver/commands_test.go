@@ -61,14 +61,19 @@ func TestR6_ConsumeNeedsASubscription(t *testing.T) {
 	}
 }
 
-// init's statements are schema.sql's two CREATE TABLE
-// statements, in order, with no foreign key, cascade or delete.
-func TestR2_InitRunsTheTwoCreateStatements(t *testing.T) {
+// K-13: init's statements are schema.sql's CREATE TABLE
+// statements, one per table of the schema generations, in order, with no
+// foreign key, cascade or delete.
+func TestR2_InitRunsTheCreateStatementsOfEachGeneration(t *testing.T) {
 	t.Parallel()
 	stmts := Statements(resultinbox.Schema)
-	if len(stmts) != 2 || !strings.HasPrefix(stmts[0], "CREATE TABLE receiver_inbox (") ||
-		!strings.HasPrefix(stmts[1], "CREATE TABLE receiver_task_views (") {
+	if len(stmts) != 3 || !strings.HasPrefix(stmts[0], "CREATE TABLE receiver_inbox (") ||
+		!strings.HasPrefix(stmts[1], "CREATE TABLE receiver_task_views (") ||
+		!strings.HasPrefix(stmts[2], "CREATE TABLE receiver_ack_intents (") {
 		t.Fatalf("schema statements: %q", stmts)
+	}
+	if _, err := planSchema(resultinbox.Schema, resultinbox.SchemaGenerations); err != nil {
+		t.Fatalf("schema.sql does not match the generations: %v", err)
 	}
 	for _, s := range stmts {
 		if strings.HasSuffix(s, ";") {
@@ -101,5 +106,34 @@ func TestReceiverConsume_CtrlCWhileStartingIsNoError(t *testing.T) {
 	time.AfterFunc(200*time.Millisecond, stop)
 	if err := Consume(ctx, cfg, io.Discard, nil); err != nil {
 		t.Errorf("consume stopped while starting = %v, want nil", err)
+	}
+}
+
+// K-13: init recognises exactly the table sets of complete generations;
+// anything else is a partial schema it refuses.
+func TestK13_InitKnowsTheSchemaGenerations(t *testing.T) {
+	t.Parallel()
+	plan, err := planSchema(resultinbox.Schema, resultinbox.SchemaGenerations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		existing []string
+		want     int
+	}{
+		{nil, 0},
+		{[]string{"receiver_inbox", "receiver_task_views"}, 1},
+		{[]string{"receiver_inbox", "receiver_task_views", "receiver_ack_intents"}, 2},
+		{[]string{"receiver_inbox"}, -1},
+		{[]string{"receiver_task_views"}, -1},
+		{[]string{"receiver_ack_intents"}, -1},
+		{[]string{"receiver_inbox", "receiver_ack_intents"}, -1},
+	} {
+		if got := plan.generationOf(tc.existing); got != tc.want {
+			t.Errorf("generationOf(%v) = %d, want %d", tc.existing, got, tc.want)
+		}
+	}
+	if _, err := planSchema(resultinbox.Schema, [][]string{{"receiver_inbox", "receiver_task_views"}}); err == nil {
+		t.Error("a schema with a table no generation names was accepted")
 	}
 }
