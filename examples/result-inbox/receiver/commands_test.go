@@ -17,9 +17,9 @@ import (
 
 // The commands' checks that come before any network or database work.
 
-// the CLI knows init, demo and consume and nothing else: there is no
-// fault switch.
-func TestR23_OnlyThreeCommands(t *testing.T) {
+// R-23, K-12: the CLI knows init, demo, consume and prune and nothing
+// else: there is no fault switch.
+func TestR23_NoFaultCommands(t *testing.T) {
 	t.Parallel()
 	for _, cmd := range []string{"", "help", "fault", "kill-after-commit", "INIT"} {
 		if err := Main(t.Context(), cmd, nil, nil); !errors.Is(err, ErrUsage) {
@@ -135,5 +135,19 @@ func TestK13_InitKnowsTheSchemaGenerations(t *testing.T) {
 	}
 	if _, err := planSchema(resultinbox.Schema, [][]string{{"receiver_inbox", "receiver_task_views"}}); err == nil {
 		t.Error("a schema with a table no generation names was accepted")
+	}
+}
+
+// K-12: prune needs the id of an existing subscription and a valid receiver
+// name before it contacts anything.
+func TestK12_PruneChecksItsConfiguration(t *testing.T) {
+	t.Parallel()
+	creds := &orbit.Credentials{URL: "http://127.0.0.1:1", Token: "token", QueueID: "0123456789abcdef0123456789abcdef"}
+	if err := Prune(t.Context(), &Config{Credentials: creds, ReceiverName: DefaultReceiverName}, nil); err == nil || !strings.Contains(err.Error(), EnvSubscriptionID) {
+		t.Errorf("prune without a subscription = %v", err)
+	}
+	cfg := &Config{Credentials: creds, ReceiverName: "-bad", SubscriptionID: "0123456789abcdef0123456789abcdef"}
+	if err := Prune(t.Context(), cfg, nil); err == nil || !strings.Contains(err.Error(), EnvReceiverName) {
+		t.Errorf("prune with an invalid receiver name = %v", err)
 	}
 }
