@@ -61,6 +61,11 @@ type EventConsumerConfig struct {
 	// every frame of every connection. Frames carry lease secrets: never
 	// log or keep traced frames in production.
 	Trace func(dir string, frame []byte)
+	// AckIntents, when set, holds the acknowledgements the receiver
+	// committed with its business changes (K-13): they are sent first on
+	// every connection and reported back once answered. nil keeps
+	// unanswered acknowledgements in memory only.
+	AckIntents AckIntentStore
 }
 
 // EventHandler handles one delivery. It is called in its own goroutine, up

@@ -55,6 +55,7 @@ type dialOutcome struct {
 	ec         *EventConn
 	retryAfter time.Duration
 	err        error
+	intents    []AckProof // the stored ACK intents read before dialling
 }
 
 // connItem is a delivery, or the end of a connection, from its reader.
@@ -251,8 +252,13 @@ func (r *consumerRun) startConnect() {
 		Capacity: r.c.cfg.Capacity, Dialer: r.c.cfg.Dialer, Trace: r.c.cfg.Trace,
 	}
 	r.goBackground(func() {
+		intents, err := r.loadAckIntents(ctx)
+		if err != nil {
+			ch <- dialOutcome{err: err}
+			return
+		}
 		ec, retryAfter, err := dialEvents(ctx, cfg)
-		ch <- dialOutcome{ec: ec, retryAfter: retryAfter, err: err}
+		ch <- dialOutcome{ec: ec, retryAfter: retryAfter, err: err, intents: intents}
 	})
 }
 
@@ -282,6 +288,7 @@ func (r *consumerRun) dialed(res dialOutcome) error {
 		slog.Bool("enabled", w.Enabled), slog.Int("unanswered_acks", len(r.pending)))
 	// Acknowledgements first: a proof sent again settles its delivery
 	// before new deliveries arrive on this connection.
+	r.takeAckIntents(res.intents)
 	for _, p := range r.pending {
 		if r.conn != conn {
 			break
@@ -643,6 +650,7 @@ func (r *consumerRun) acked(a ackOutcome) error {
 		if p != nil {
 			delete(r.pending, a.proof.DeliveryID)
 		}
+		r.settleAckIntent(a.proof)
 		log.Debug("orbit consumer: delivery acknowledged", slog.Bool("deduplicated", a.res.Deduplicated))
 		return nil
 	}
@@ -652,12 +660,14 @@ func (r *consumerRun) acked(a ackOutcome) error {
 		if p != nil {
 			delete(r.pending, a.proof.DeliveryID)
 		}
+		r.settleAckIntent(a.proof)
 		log.Info("orbit consumer: acknowledgement refused, the lease was lost; the event is delivered again if attempts remain")
 		return nil
 	case IsCode(a.err, CodeInvalidArgument):
 		if p != nil {
 			delete(r.pending, a.proof.DeliveryID)
 		}
+		r.settleAckIntent(a.proof)
 		log.Error("orbit consumer: acknowledgement refused", slog.String("error", a.err.Error()))
 		return nil
 	case sessionFatal(a.err):
