@@ -42,6 +42,9 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := testdb.Run(m)
+	for _, f := range afterTests {
+		f()
+	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
@@ -50,6 +53,9 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// afterTests run once every test has ended.
+var afterTests []func()
 
 // orbit runs the root command with args and returns what it printed on
 // standard output.
