@@ -184,7 +184,9 @@ func TestO7_TaskReview(t *testing.T) {
 	// A worker reports needs_review.
 	ctx, cancel := context.WithCancel(t.Context())
 	worker, err := sdk.NewWorker(sdk.WorkerConfig{BaseURL: e.srv.URL, Token: e.cred.Token, QueueID: e.cred.QueueID, Capacity: 1, Logger: discardLogger},
-		func(context.Context, *sdk.AssignedTask) sdk.Outcome { return sdk.NeedsReview(json.RawMessage(`{"charged": "unknown"}`)) })
+		func(context.Context, *sdk.AssignedTask) sdk.Outcome {
+			return sdk.NeedsReview(json.RawMessage(`{"charged": "unknown"}`))
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
