@@ -172,7 +172,7 @@ func wantFail(t *testing.T, r result, want string) {
 		t.Errorf("error %q does not name %s", r.stderr, want)
 	}
 	for _, l := range lines {
-		if !strings.HasPrefix(l, "orbit: ") && !strings.HasPrefix(l, "idempotency key: ") && !strings.HasPrefix(l, "dry run: ") {
+		if !strings.HasPrefix(l, "orbit: ") && !strings.HasPrefix(l, "idempotency key: ") && !strings.HasPrefix(l, "dry run: ") && !strings.HasSuffix(strings.TrimSpace(l), "[y/N]") {
 			t.Errorf("stderr line %q is neither the error nor a note", l)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -249,8 +250,9 @@ func (p *printer) noteKey(key string, repeat ...string) {
 // standard input; only "y" or "yes" confirms.
 func (p *printer) confirm(question string) error {
 	fmt.Fprintf(p.errOut, "%s [y/N] ", question)
-	line, err := bufio.NewReader(p.in).ReadString('\n')
-	if err != nil && line == "" {
+	line, _ := bufio.NewReader(p.in).ReadString('\n')
+	if !isTerminal(p.in) {
+		// The answer was not typed, so it was not echoed: end the line.
 		fmt.Fprintln(p.errOut)
 	}
 	switch strings.ToLower(strings.TrimSpace(line)) {
@@ -275,4 +277,14 @@ func requireReason(reason string) error {
 		return errors.New("--reason: required: say why, it is kept in the audit log")
 	}
 	return nil
+}
+
+// isTerminal reports whether r is a terminal.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }
