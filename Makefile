@@ -16,7 +16,7 @@ REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILDVCS  := $(if $(shell command -v git 2>/dev/null),,-buildvcs=false)
 LDFLAGS   := -X github.com/orbitrun/orbit/cmd/orbit/cli.version=$(VERSION) -X github.com/orbitrun/orbit/cmd/orbit/cli.revision=$(REVISION)
 
-.PHONY: build run test integration vet race bench lint clean db-server
+.PHONY: build run test integration vet race bench fuzz lint clean db-server
 
 build:
 	$(GO) build $(BUILDVCS) -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/orbit
@@ -63,6 +63,13 @@ race: db-server
 # the repository root.
 bench: db-server
 	$(GO) run ./bench -out docs/benchmarks.md
+
+# fuzz runs every fuzz target (F-3) for FUZZTIME each and prints the table of
+# executions and crashers kept in docs/reliability.md. A crasher stays in its
+# package's testdata/fuzz/ as a regression seed that make test runs.
+FUZZTIME ?= 60s
+fuzz: db-server
+	$(GO) run ./internal/testkit/fuzzrun -fuzztime $(FUZZTIME)
 
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/orbitrun/orbit/cmd/orbit/cli"
@@ -45,13 +44,7 @@ func TestMain(m *testing.M) {
 	for _, f := range afterTests {
 		f()
 	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(testdb.CheckLeaks(code))
 }
 
 // afterTests run once every test has ended.
