@@ -118,7 +118,7 @@ func TestO7_SubBulkCommands(t *testing.T) {
 			t.Skip("the server does not serve POST /v1/subscriptions/{id}:skip (K-9) yet")
 		}
 		var s subReceipt
-		e.okJSON(t, &s, "sub", "create", "--name", "skipper", "--from-sequence", "0")
+		e.okJSON(t, &s, "sub", "create", "--name", "skipper")
 		e.results(t, 1)
 		e.deliveries(t, "skipper", "PENDING", 1)
 		var skipped subReceipt
