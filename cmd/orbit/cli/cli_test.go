@@ -40,8 +40,15 @@ func TestMain(m *testing.M) {
 			os.Unsetenv(name)
 		}
 	}
-	os.Exit(testdb.CheckLeaks(testdb.Run(m)))
+	code := testdb.Run(m)
+	for _, f := range afterTests {
+		f()
+	}
+	os.Exit(testdb.CheckLeaks(code))
 }
+
+// afterTests run once every test has ended.
+var afterTests []func()
 
 // orbit runs the root command with args and returns what it printed on
 // standard output.
