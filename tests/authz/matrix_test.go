@@ -142,9 +142,13 @@ func TestF4_AuthorizationMatrix(t *testing.T) {
 	anotherNamespace := m.stranger(t, servertest.CredentialParams{Namespace: "other-ns"}, true)
 	anotherApplication := m.stranger(t, servertest.CredentialParams{Application: "other-app", Queue: "q-other-app"}, true)
 	queueNotGranted := m.stranger(t, servertest.CredentialParams{NoQueueGrant: true}, false)
-	onTheQueue := m.stranger(t, servertest.CredentialParams{}, false)
-	onTheQueue.sharesQueue = true
-	onTheQueue.foreign = m.foreignTo(onTheQueue)
+	var onTheQueue []*caller
+	for _, application := range []string{"app", "other-app"} {
+		c := m.stranger(t, servertest.CredentialParams{Application: application}, false)
+		c.sharesQueue = true
+		c.foreign = m.foreignTo(c)
+		onTheQueue = append(onTheQueue, c)
+	}
 	// One credential per permission of a route, in the owner's scope with
 	// a grant on its queue and every other permission.
 	lacking := map[string]*caller{}
@@ -190,10 +194,11 @@ func TestF4_AuthorizationMatrix(t *testing.T) {
 		{"AnotherApplication", one(anotherApplication)},
 		{"MissingPermission", func(r row) []*caller { return []*caller{lacking[r.permission]} }},
 		{"QueueNotGranted", one(queueNotGranted)},
-		// Another credential of the owner's application holding a grant
-		// on the owner's queue: subscriptions and their deliveries are
-		// still the owner's alone (S-1); tasks are the queue's (T-3).
-		{"AnotherCredentialOnTheQueue", one(onTheQueue)},
+		// Another credential holding a grant on the owner's queue, of the
+		// owner's application and of another one: subscriptions and
+		// their deliveries are still the owner's alone (S-1); tasks are
+		// the queue's (T-3).
+		{"AnotherCredentialOnTheQueue", func(row) []*caller { return onTheQueue }},
 	}
 
 	before := m.state(t)
