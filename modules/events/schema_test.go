@@ -294,7 +294,7 @@ func TestE18_FramesMatchSchema(t *testing.T) {
 				t.Fatalf("example %s: %v", name, err)
 			}
 			def := wstest.ServerFrame
-			if slices.Contains(clientTypes, f.Type) {
+			if slices.Contains(clientTypes, f.Type) || slices.Contains(controlTypes, f.Type) {
 				def = wstest.ClientFrame
 			}
 			if err := v.Validate(def, frame); err != nil {

@@ -174,6 +174,12 @@ func (s *session) Handle(f *wsx.Frame) bool {
 		return s.ping(f)
 	case typeAck:
 		return s.ack(f)
+	case typeExtend:
+		return s.extend(f)
+	case typeNack:
+		return s.nack(f)
+	case typeReject:
+		return s.reject(f)
 	default:
 		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeInvalidArgument, "unknown frame type for a consumer: %q", f.Type))
 		return true

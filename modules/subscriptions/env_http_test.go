@@ -42,10 +42,11 @@ var (
 )
 
 // subscriptionMembers are exactly the members of the seed's subscription
-// object (S-8).
+// object (S-8), and retry_policy (K-4).
 var subscriptionMembers = []string{
 	"id", "queue_id", "credential_id", "name", "revision", "enabled", "types",
 	"cursor_sequence", "pending_count", "max_pending", "max_attempts", "created_at", "updated_at",
+	"retry_policy",
 }
 
 // deliveryMembers are the members every EventDelivery has (S-18);

@@ -41,6 +41,8 @@ type createRequest struct {
 	FromSequence *httpx.Uint64 `json:"from_sequence"`
 	MaxPending   *int          `json:"max_pending"`
 	MaxAttempts  *int          `json:"max_attempts"`
+	// RetryPolicy is optional; omitted means DefaultRetryPolicy (K-4).
+	RetryPolicy *retryPolicyRequest `json:"retry_policy"`
 }
 
 type subscriptionReceipt struct {
@@ -98,12 +100,18 @@ func (req *createRequest) params(p *auth.Principal) (*subscriptionCreateParams, 
 		}
 		maxAttempts = *req.MaxAttempts
 	}
+	policy := DefaultRetryPolicy
+	if req.RetryPolicy != nil {
+		if policy, err = req.RetryPolicy.policy(); err != nil {
+			return nil, err
+		}
+	}
 	if !p.HasQueue(*req.QueueID) {
 		return nil, auth.ErrNotFound("queue")
 	}
 	params := &subscriptionCreateParams{
 		NamespaceID: p.NamespaceID, QueueID: *req.QueueID, CredentialID: p.CredentialID, Name: *req.Name,
-		Types: types, MaxPending: maxPending, MaxAttempts: maxAttempts,
+		Types: types, MaxPending: maxPending, MaxAttempts: maxAttempts, RetryPolicy: policy,
 	}
 	if req.FromSequence != nil {
 		from := uint64(*req.FromSequence)
@@ -180,6 +188,8 @@ type configureRequest struct {
 	ExpectedRevision *httpx.Uint64 `json:"expected_revision"`
 	Enabled          *bool         `json:"enabled"`
 	Reason           *string       `json:"reason"`
+	// RetryPolicy is optional; omitted keeps the current policy (K-4).
+	RetryPolicy *retryPolicyRequest `json:"retry_policy"`
 }
 
 func (m *Module) configure(w http.ResponseWriter, r *http.Request) {
@@ -195,14 +205,22 @@ func (m *Module) configure(w http.ResponseWriter, r *http.Request) {
 		if err := checkReason(*req.Reason); err != nil {
 			return nil, err
 		}
+		var policy *RetryPolicy
+		if req.RetryPolicy != nil {
+			rp, err := req.RetryPolicy.policy()
+			if err != nil {
+				return nil, err
+			}
+			policy = &rp
+		}
 		s, err := m.loadOwned(r)
 		if err != nil {
 			return nil, err
 		}
 		return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-			after, err := subscriptionConfigure(ctx, tx, &subscriptionConfigureParams{
+			after, err := subscriptionConfigure(ctx, tx, m.audit, &subscriptionConfigureParams{
 				ID: s.ID, CredentialID: p.CredentialID, ExpectedRevision: uint64(*req.ExpectedRevision),
-				Enabled: *req.Enabled, Reason: *req.Reason,
+				Enabled: *req.Enabled, RetryPolicy: policy, Reason: *req.Reason,
 			})
 			if err != nil {
 				return 0, nil, err
@@ -214,12 +232,20 @@ func (m *Module) configure(w http.ResponseWriter, r *http.Request) {
 }
 
 func (m *Module) listDeliveries(w http.ResponseWriter, r *http.Request) {
-	httpx.Read(w, r, []string{"limit", "cursor", "state"}, func(q map[string]string) (page httpx.Page[DeliveryView], err error) {
+	httpx.Read(w, r, []string{"limit", "cursor", "state", "expired_reason"}, func(q map[string]string) (page httpx.Page[DeliveryView], err error) {
 		state := q["state"]
 		switch state {
 		case "", statePending, stateLeased, StateAcked, stateExpired:
 		default:
 			return page, httpx.Errorf(httpx.CodeInvalidArgument, "state must be PENDING, LEASED, ACKED or EXPIRED")
+		}
+		reason, filtered := q["expired_reason"]
+		switch {
+		case !filtered:
+		case state != stateExpired:
+			return page, httpx.Errorf(httpx.CodeInvalidArgument, "expired_reason filters EXPIRED deliveries only: add state=EXPIRED")
+		case reason != ExpiredAttemptsExhausted && reason != ExpiredRejected && reason != ExpiredSkipped:
+			return page, httpx.Errorf(httpx.CodeInvalidArgument, "expired_reason must be ATTEMPTS_EXHAUSTED, REJECTED or SKIPPED")
 		}
 		limit, err := httpx.Limit(q)
 		if err != nil {
@@ -231,11 +257,16 @@ func (m *Module) listDeliveries(w http.ResponseWriter, r *http.Request) {
 		}
 		p := auth.FromContext(r.Context())
 		binding := "deliveries|" + s.ID + "|" + p.CredentialID + "|" + p.NamespaceID + "|state=" + state
+		if filtered {
+			binding += "|expired_reason=" + reason
+		}
 		after, err := httpx.CursorParam(q, binding)
 		if err != nil {
 			return page, err
 		}
-		rows, err := deliveryList(r.Context(), m.db, &deliveryListParams{SubscriptionID: s.ID, State: state, ListPage: httpx.ListPage{Limit: limit, After: after}})
+		rows, err := deliveryList(r.Context(), m.db, &deliveryListParams{
+			SubscriptionID: s.ID, State: state, ExpiredReason: reason, ListPage: httpx.ListPage{Limit: limit, After: after},
+		})
 		if err != nil {
 			return page, err
 		}

@@ -43,6 +43,20 @@ func (m *Module) DeliveryAckBatch(ctx context.Context, acks []*DeliveryAckParams
 	return deliveryAckBatch(ctx, m.db, m.auth, acks)
 }
 
+// DeliveryControlBatch records extensions, NACKs and rejects in one
+// transaction. Deliveries a NACK made PENDING may be claimable: it wakes
+// the event connections of this node.
+func (m *Module) DeliveryControlBatch(ctx context.Context, requests []*DeliveryControlParams) ([]ControlOutcome, error) {
+	outcomes, err := deliveryControlBatch(ctx, m.db, m.auth, requests)
+	for _, o := range outcomes {
+		if o.Err == nil && o.Result.State == statePending {
+			m.claimable.Notify()
+			break
+		}
+	}
+	return outcomes, err
+}
+
 // DeliveryUnsent gives back a lease whose event.deliver was never sent.
 func (m *Module) DeliveryUnsent(ctx context.Context, l *Lease, delay time.Duration) (bool, error) {
 	return deliveryUnsent(ctx, m.db, l, delay)

@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/orbitrun/orbit/config"
+	"github.com/orbitrun/orbit/internal/audit"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/bg"
 	"github.com/orbitrun/orbit/internal/wake"
@@ -70,6 +71,7 @@ type Module struct {
 	cfg    Config
 	db     *sql.DB
 	auth   auth.Authenticator
+	audit  audit.Writer
 	log    Log
 	logger *slog.Logger
 
@@ -126,6 +128,9 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 		return fmt.Errorf("subscriptions: %w", err)
 	}
 	m.auth = a
+	if m.audit, err = modules.Require[audit.Writer](env, "admin"); err != nil {
+		return fmt.Errorf("subscriptions: %w", err)
+	}
 	m.logger = env.Logger.With("module", "subscriptions")
 	return nil
 }
