@@ -251,6 +251,14 @@ func TestF4_AuthorizationMatrix(t *testing.T) {
 		t.Errorf("the refused requests changed the database:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 
+	// Past the hello, a session of another credential on its own
+	// subscription or queue names the owner's delivery or task. (Its own
+	// deliveries may be leased to it meanwhile, so this runs after the
+	// comparison of the database.)
+	t.Run("SessionFrames", func(t *testing.T) {
+		m.checkSessionFrames(t, append([]*caller{anotherNamespace, anotherApplication}, onTheQueue...))
+	})
+
 	// Last, the owner itself revoked, asking for its own resources.
 	if err := adminRevoke(srv, o.cred.CredentialID); err != nil {
 		t.Fatal(err)
