@@ -195,6 +195,14 @@ func (s *session) controlled(f *wsx.Frame, o subscriptions.ControlOutcome, err e
 		s.c.Unavailable(f.MessageID, "the request could not be recorded; reconnect", f.Type, err)
 		return
 	}
+	switch f.Type {
+	case typeExtend:
+		s.extendCount.Add(1)
+	case typeNack:
+		s.nackCount.Add(1)
+	case typeReject:
+		s.rejectCount.Add(1)
+	}
 	if o.Released {
 		s.signalFreed()
 	}

@@ -12,9 +12,12 @@ import (
 // frame type: what the session decodes.
 func clientBodies() map[string]any {
 	return map[string]any{
-		typeHello: new(helloBody),
-		typeAck:   new(ackBody),
-		typePing:  new(struct{}),
+		typeHello:  new(helloBody),
+		typeAck:    new(ackBody),
+		typeExtend: new(extendBody),
+		typeNack:   new(nackBody),
+		typeReject: new(rejectBody),
+		typePing:   new(struct{}),
 	}
 }
 
@@ -25,6 +28,9 @@ func FuzzEventsFrame(f *testing.F) {
 		`{"protocol_version":"1","type":"events.hello","message_id":"0123456789abcdef0123456789abcdef","body":{"subscription_id":"0123456789abcdef0123456789abcdef","capacity":4}}`,
 		`{"protocol_version":"1","type":"event.ack","message_id":"0123456789abcdef0123456789abcdef","body":{"delivery_id":"0123456789abcdef0123456789abcdef","epoch":"1","lease_secret":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}}`,
 		`{"protocol_version":"1","type":"event.ack","message_id":"0123456789abcdef0123456789abcdef","body":{"epoch":1}}`,
+		`{"protocol_version":"1","type":"event.extend","message_id":"0123456789abcdef0123456789abcdef","body":{"delivery_id":"0123456789abcdef0123456789abcdef","epoch":"1","lease_secret":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","extend_ms":60000}}`,
+		`{"protocol_version":"1","type":"event.nack","message_id":"0123456789abcdef0123456789abcdef","body":{"delivery_id":"0123456789abcdef0123456789abcdef","epoch":"1","lease_secret":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","delay_ms":0,"reason":"busy"}}`,
+		`{"protocol_version":"1","type":"event.reject","message_id":"0123456789abcdef0123456789abcdef","body":{"delivery_id":"0123456789abcdef0123456789abcdef","epoch":"1","lease_secret":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","reason":"poison\u0000"}}`,
 		`{"protocol_version":"1","type":"events.ping","message_id":"0123456789abcdef0123456789abcdef","body":{}}`,
 		`{"protocol_version":"1","type":"events.hello","message_id":"0123456789abcdef0123456789abcdef","body":{"capacity":"4"}}`,
 	} {

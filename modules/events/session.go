@@ -123,14 +123,21 @@ type session struct {
 	// acks are the ACKs waiting for their batch's commit; the
 	// connection's handler ends after their answers.
 	acks *batch.Waiting
-	// ackCount counts the ACKs recorded (first time), for the session's
-	// close log line.
-	ackCount atomic.Int64
+	// ackCount counts the ACKs recorded (first time), and the other counts
+	// the extensions, NACKs and rejects recorded, for the session's close
+	// log line (O-6).
+	ackCount, extendCount, nackCount, rejectCount atomic.Int64
 }
 
-// Counts returns the ACKs the session recorded, for its close log line.
+// Counts returns what the session's consumer had recorded, for its close
+// log line.
 func (s *session) Counts() []slog.Attr {
-	return []slog.Attr{slog.Int64("acked", s.ackCount.Load())}
+	return []slog.Attr{
+		slog.Int64("acked", s.ackCount.Load()),
+		slog.Int64("extended", s.extendCount.Load()),
+		slog.Int64("nacked", s.nackCount.Load()),
+		slog.Int64("rejected", s.rejectCount.Load()),
+	}
 }
 
 // End waits for the answers of the ACKs still in a batch, then closes the
