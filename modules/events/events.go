@@ -81,6 +81,9 @@ type Deliveries interface {
 	EventSessionOpen(ctx context.Context, p *subscriptions.EventSessionOpenParams) (string, error)
 	EventSessionClose(ctx context.Context, sessionID string) error
 	SubscriptionGet(ctx context.Context, id string) (*subscriptions.Subscription, error)
+	// RedeliveryHorizon is the lowest sequence of a queue's log that can
+	// ever be delivered again (K-12).
+	RedeliveryHorizon(ctx context.Context, queueID string) (uint64, error)
 	// DeliveryMaterialize materialises one batch of the subscription's log.
 	DeliveryMaterialize(ctx context.Context, subscriptionID string) (created int, more bool, err error)
 	DeliveryClaim(ctx context.Context, p *subscriptions.DeliveryClaimParams) ([]subscriptions.Lease, error)

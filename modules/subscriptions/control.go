@@ -154,7 +154,11 @@ func deliveryControlBatch(ctx context.Context, pool *sql.DB, grants auth.GrantCh
 				d.Nacks++
 				d.LastError = p.Reason
 				if d.Attempts >= d.AttemptBudget {
-					d.State, d.ExpiredReason = stateExpired, ExpiredAttemptsExhausted
+					// A skip (K-9) may have named the reason already.
+					d.State = stateExpired
+					if d.ExpiredReason == "" {
+						d.ExpiredReason = ExpiredAttemptsExhausted
+					}
 				} else {
 					delay := time.Duration(0)
 					if p.Delay != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -173,7 +174,7 @@ func recoverLeases(ctx context.Context, tx *sql.Tx, subscriptionIDs []string, ba
 	}
 	if len(toExpired) > 0 {
 		if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'EXPIRED', revision = revision + 1,
-			lease_until = NULL, lease_session_id = NULL, expired_reason = '`+ExpiredAttemptsExhausted+`',
+			lease_until = NULL, lease_session_id = NULL, expired_reason = COALESCE(expired_reason, '`+ExpiredAttemptsExhausted+`'),
 			last_error = '`+LastErrorLeaseExpired+`' WHERE id IN (`+db.Placeholders(len(toExpired))+`)`, toExpired...); err != nil {
 			return 0, err
 		}
@@ -263,7 +264,11 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 		}
 		var enabled bool
 		var queueID string
-		if err := tx.QueryRowContext(ctx, `SELECT enabled, queue_id FROM subscriptions WHERE id = ?`, subscriptionID).Scan(&enabled, &queueID); err != nil {
+		err = tx.QueryRowContext(ctx, `SELECT enabled, queue_id FROM subscriptions WHERE id = ?`, subscriptionID).Scan(&enabled, &queueID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrSubscriptionDeleted
+		}
+		if err != nil {
 			return err
 		}
 		if !enabled {
@@ -327,10 +332,10 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 			ids = append(ids, d.ID)
 			sequences = append(sequences, d.Sequence)
 		}
-		args := append([]any{until, p.SessionID}, digests...)
+		args := append([]any{until, p.SessionID, now}, digests...)
 		args = append(args, ids...)
 		if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'LEASED', revision = revision + 1,
-			lease_epoch = lease_epoch + 1, attempts = attempts + 1, lease_until = ?, lease_session_id = ?,
+			lease_epoch = lease_epoch + 1, attempts = attempts + 1, lease_until = ?, lease_session_id = ?, leased_at = ?,
 			lease_secret_digest = CASE id`+strings.Repeat(" WHEN ? THEN ?", len(picked))+` END
 			WHERE id IN (`+db.Placeholders(len(picked))+`)`, args...); err != nil {
 			return err
@@ -525,8 +530,11 @@ func deliveryAckBatch(ctx context.Context, pool *sql.DB, grants auth.GrantChecke
 			append([]any{now}, ackedIDs...)...); err != nil {
 			return err
 		}
+		// A replayed delivery (K-8) is acknowledged again: its record
+		// then holds the latest ACK.
 		_, err = tx.ExecContext(ctx, `INSERT INTO delivery_acks (delivery_id, subscription_id, epoch, session_id, acknowledged_at)
-			VALUES `+strings.Join(values, ", "), audit...)
+			VALUES `+strings.Join(values, ", ")+` ON DUPLICATE KEY UPDATE epoch = VALUES(epoch), session_id = VALUES(session_id),
+			acknowledged_at = VALUES(acknowledged_at)`, audit...)
 		return err
 	})
 	if err != nil {

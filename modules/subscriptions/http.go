@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/idem"
 	"github.com/orbitrun/orbit/modules/tasks"
@@ -25,6 +26,10 @@ func (m *Module) routes(r *mux.Router) {
 	r.Handle("/v1/subscriptions/{id}/deliveries", auth.Require(a, auth.PermEventsRead, http.HandlerFunc(m.listDeliveries))).Methods(http.MethodGet)
 	r.Handle("/v1/subscriptions/{id}/deliveries/{delivery_id}", auth.Require(a, auth.PermEventsRead, http.HandlerFunc(m.getDelivery))).Methods(http.MethodGet)
 	r.Handle("/v1/subscriptions/{id}/deliveries/{delivery_id}:retry", auth.Require(a, auth.PermEventsManage, http.HandlerFunc(m.retry))).Methods(http.MethodPost)
+	r.Handle("/v1/subscriptions/{id}/deliveries:retry", auth.Require(a, auth.PermEventsManage, http.HandlerFunc(m.retryBulk))).Methods(http.MethodPost)
+	r.Handle("/v1/subscriptions/{id}:replay", auth.Require(a, auth.PermEventsManage, http.HandlerFunc(m.replay))).Methods(http.MethodPost)
+	r.Handle("/v1/subscriptions/{id}:skip", auth.Require(a, auth.PermEventsManage, http.HandlerFunc(m.skip))).Methods(http.MethodPost)
+	r.Handle("/v1/subscriptions/{id}", auth.Require(a, auth.PermEventsManage, http.HandlerFunc(m.remove))).Methods(http.MethodDelete)
 }
 
 func checkReason(reason string) error {
@@ -61,7 +66,11 @@ func (m *Module) create(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return 0, nil, err
 			}
-			return http.StatusCreated, subscriptionReceipt{Subscription: s.view()}, nil
+			v, err := m.view(ctx, tx, s)
+			if err != nil {
+				return 0, nil, err
+			}
+			return http.StatusCreated, subscriptionReceipt{Subscription: v}, nil
 		}, nil
 	})
 	m.wake.Notify()
@@ -120,6 +129,15 @@ func (req *createRequest) params(p *auth.Principal) (*subscriptionCreateParams, 
 	return params, nil
 }
 
+// view returns the wire form of s with its progress, read in q.
+func (m *Module) view(ctx context.Context, q Querier, s *Subscription) (subscriptionView, error) {
+	stats, err := subscriptionStats(ctx, q, m.log, []*Subscription{s}, db.Now(), m.cfg.NoConsumerAfter)
+	if err != nil {
+		return subscriptionView{}, err
+	}
+	return s.view(stats[s.ID]), nil
+}
+
 // loadOwned returns the subscription named in the path if the caller owns
 // it and holds a grant on its queue; otherwise 404 whether or not it exists
 // (S-1, C-3).
@@ -148,7 +166,7 @@ func (m *Module) get(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return subscriptionView{}, err
 		}
-		return s.view(), nil
+		return m.view(r.Context(), m.db, s)
 	})
 }
 
@@ -178,9 +196,13 @@ func (m *Module) list(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return page, err
 		}
+		stats, err := subscriptionStats(r.Context(), m.db, m.log, rows, db.Now(), m.cfg.NoConsumerAfter)
+		if err != nil {
+			return page, err
+		}
 		return httpx.NewPage(rows, limit, binding,
 			func(s *Subscription) (time.Time, string) { return s.CreatedAt, s.ID },
-			func(s *Subscription) subscriptionView { return s.view() }), nil
+			func(s *Subscription) subscriptionView { return s.view(stats[s.ID]) }), nil
 	})
 }
 
@@ -225,19 +247,25 @@ func (m *Module) configure(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return 0, nil, err
 			}
-			return http.StatusOK, subscriptionReceipt{Subscription: after.view()}, nil
+			v, err := m.view(ctx, tx, after)
+			if err != nil {
+				return 0, nil, err
+			}
+			return http.StatusOK, subscriptionReceipt{Subscription: v}, nil
 		}, nil
 	})
 	m.wake.Notify()
 }
 
 func (m *Module) listDeliveries(w http.ResponseWriter, r *http.Request) {
+	if _, ok := r.URL.Query()["older_than_ms"]; ok {
+		m.listStuckDeliveries(w, r)
+		return
+	}
 	httpx.Read(w, r, []string{"limit", "cursor", "state", "expired_reason"}, func(q map[string]string) (page httpx.Page[DeliveryView], err error) {
-		state := q["state"]
-		switch state {
-		case "", statePending, stateLeased, StateAcked, stateExpired:
-		default:
-			return page, httpx.Errorf(httpx.CodeInvalidArgument, "state must be PENDING, LEASED, ACKED or EXPIRED")
+		state, limit, s, err := m.deliveryListArgs(r, q)
+		if err != nil {
+			return page, err
 		}
 		reason, filtered := q["expired_reason"]
 		switch {
@@ -246,14 +274,6 @@ func (m *Module) listDeliveries(w http.ResponseWriter, r *http.Request) {
 			return page, httpx.Errorf(httpx.CodeInvalidArgument, "expired_reason filters EXPIRED deliveries only: add state=EXPIRED")
 		case reason != ExpiredAttemptsExhausted && reason != ExpiredRejected && reason != ExpiredSkipped:
 			return page, httpx.Errorf(httpx.CodeInvalidArgument, "expired_reason must be ATTEMPTS_EXHAUSTED, REJECTED or SKIPPED")
-		}
-		limit, err := httpx.Limit(q)
-		if err != nil {
-			return page, err
-		}
-		s, err := m.loadOwned(r)
-		if err != nil {
-			return page, err
 		}
 		p := auth.FromContext(r.Context())
 		binding := "deliveries|" + s.ID + "|" + p.CredentialID + "|" + p.NamespaceID + "|state=" + state
@@ -274,6 +294,42 @@ func (m *Module) listDeliveries(w http.ResponseWriter, r *http.Request) {
 			func(d *Delivery) (time.Time, string) { return d.CreatedAt, d.ID },
 			func(d *Delivery) DeliveryView { return d.View() }), nil
 	})
+}
+
+// listStuckDeliveries is the list of deliveries with older_than_ms: the
+// stuck-work report (K-14).
+func (m *Module) listStuckDeliveries(w http.ResponseWriter, r *http.Request) {
+	httpx.Read(w, r, []string{"limit", "cursor", "state", "older_than_ms"}, func(q map[string]string) (page httpx.Page[StuckDeliveryView], err error) {
+		older, _, err := httpx.OlderThan(q, stateLeased)
+		if err != nil {
+			return page, err
+		}
+		_, limit, s, err := m.deliveryListArgs(r, q)
+		if err != nil {
+			return page, err
+		}
+		return m.listStuck(r, q, s, limit, db.Now().Add(-older))
+	})
+}
+
+// deliveryListArgs checks the state and limit of a delivery list and loads
+// the caller's subscription.
+func (m *Module) deliveryListArgs(r *http.Request, q map[string]string) (string, int, *Subscription, error) {
+	state := q["state"]
+	switch state {
+	case "", statePending, stateLeased, StateAcked, stateExpired:
+	default:
+		return "", 0, nil, httpx.Errorf(httpx.CodeInvalidArgument, "state must be PENDING, LEASED, ACKED or EXPIRED")
+	}
+	limit, err := httpx.Limit(q)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	s, err := m.loadOwned(r)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	return state, limit, s, nil
 }
 
 type deliveryDetail struct {

@@ -76,17 +76,30 @@ type subscriptionView struct {
 	RetryPolicy    RetryPolicy  `json:"retry_policy"`
 	CreatedAt      string       `json:"created_at"`
 	UpdatedAt      string       `json:"updated_at"`
+	// What the subscription shows of its progress (K-10, K-12).
+	BlockedReason      *string      `json:"blocked_reason"`
+	Lag                httpx.Uint64 `json:"lag"`
+	OldestPendingAgeMS int64        `json:"oldest_pending_age_ms"`
+	DeadLetters        int          `json:"dead_letters"`
+	RedeliveryHorizon  httpx.Uint64 `json:"redelivery_horizon"`
 }
 
-// view returns the wire form of s.
-func (s *Subscription) view() subscriptionView {
-	return subscriptionView{
+// view returns the wire form of s with its progress st.
+func (s *Subscription) view(st Stats) subscriptionView {
+	v := subscriptionView{
 		ID: s.ID, QueueID: s.QueueID, CredentialID: s.CredentialID, Name: s.Name,
 		Revision: httpx.Uint64(s.Revision), Enabled: s.Enabled, Types: s.Types,
 		CursorSequence: httpx.Uint64(s.CursorSequence), PendingCount: s.PendingCount,
 		MaxPending: s.MaxPending, MaxAttempts: s.MaxAttempts, RetryPolicy: s.RetryPolicy,
 		CreatedAt: httpx.FormatTime(s.CreatedAt), UpdatedAt: httpx.FormatTime(s.UpdatedAt),
+		Lag: httpx.Uint64(st.Lag), OldestPendingAgeMS: st.OldestPendingAge.Milliseconds(),
+		DeadLetters: st.DeadLetters, RedeliveryHorizon: httpx.Uint64(st.RedeliveryHorizon),
 	}
+	if st.BlockedReason != "" {
+		reason := st.BlockedReason
+		v.BlockedReason = &reason
+	}
+	return v
 }
 
 // wants reports whether the subscription receives events of type typ.
