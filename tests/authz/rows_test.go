@@ -65,6 +65,9 @@ type row struct {
 	// route is "METHOD /template" as the router holds it, or
 	// "WS /template" for a WebSocket entry (a route without methods).
 	route string
+	// variant names a second row of the same route, for a query that
+	// takes another path through its handler.
+	variant string
 	// permission is what the route requires (C-3); "" for any credential
 	// (or, with scope public, for no credential at all).
 	permission string
@@ -73,8 +76,19 @@ type row struct {
 	// caller is also refused the owner's delivery under its own
 	// subscription.
 	mixed bool
+	// ownMayBeEmpty is set for a list in which the caller's own queue may
+	// well hold nothing (nothing of its own is stuck).
+	ownMayBeEmpty bool
 	// request builds the route's request on a target.
 	request func(t target) request
+}
+
+// name is the row's name in the test's output.
+func (r row) name() string {
+	if r.variant == "" {
+		return r.route
+	}
+	return r.route + " (" + r.variant + ")"
 }
 
 // probeRevision is the expected_revision of every write of the matrix: so
@@ -82,9 +96,16 @@ type row struct {
 // with 409 STATE_CONFLICT, so that the controls change nothing.
 const probeRevision = "999999"
 
-// rows is the matrix: one row per route of the server, read from its
-// router. TestF4_AuthorizationMatrix fails for a route without a row: a new
-// route gets its row here, with its permission and scope.
+// probeCount is the expected_count of every bulk write of the matrix: more
+// than what the owner's subscription holds to retry or replay, so that the
+// owner's own request fails with 409 STATE_CONFLICT and changes nothing.
+const probeCount = 1000
+
+// rows is the matrix: a row per route of the server, read from its
+// router, and a variant row where a query takes another path through the
+// handler (stuck-work reports, dry runs). TestF4_AuthorizationMatrix fails
+// for a route without a row: a new route gets its row here, with its
+// permission and scope.
 var rows = []row{
 	{route: "GET /healthz", scope: public, request: get("/healthz")},
 	{route: "GET /readyz", scope: public, request: get("/readyz")},
@@ -95,6 +116,9 @@ var rows = []row{
 	}},
 	{route: "GET /v1/tasks", permission: auth.PermTasksRead, scope: queueList, request: func(t target) request {
 		return request{method: http.MethodGet, path: "/v1/tasks?queue_id=" + t.Queue}
+	}},
+	{route: "GET /v1/tasks", variant: "stuck work", permission: auth.PermTasksRead, scope: queueList, ownMayBeEmpty: true, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/v1/tasks?state=RUNNING&older_than_ms=0&queue_id=" + t.Queue}
 	}},
 	{route: "GET /v1/tasks/{id}", permission: auth.PermTasksRead, scope: queued, request: func(t target) request {
 		return request{method: http.MethodGet, path: "/v1/tasks/" + t.Task}
@@ -120,6 +144,31 @@ var rows = []row{
 	}},
 	{route: "GET /v1/subscriptions/{id}/deliveries", permission: auth.PermEventsRead, scope: owned, request: func(t target) request {
 		return request{method: http.MethodGet, path: "/v1/subscriptions/" + t.Subscription + "/deliveries"}
+	}},
+	{route: "GET /v1/subscriptions/{id}/deliveries", variant: "stuck work", permission: auth.PermEventsRead, scope: owned, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/v1/subscriptions/" + t.Subscription + "/deliveries?state=LEASED&older_than_ms=0"}
+	}},
+	{route: "POST /v1/subscriptions/{id}/deliveries:retry", permission: auth.PermEventsManage, scope: owned, request: func(t target) request {
+		return post("/v1/subscriptions/"+t.Subscription+"/deliveries:retry",
+			`{"filter":{"state":"EXPIRED"},"additional_attempts":1,"reason":"authz probe","expected_count":%d}`, probeCount)
+	}},
+	{route: "POST /v1/subscriptions/{id}:replay", permission: auth.PermEventsManage, scope: owned, request: func(t target) request {
+		return post("/v1/subscriptions/"+t.Subscription+":replay",
+			`{"from_sequence":"1","to_sequence":"1","reason":"authz probe","expected_count":%d}`, probeCount)
+	}},
+	{route: "POST /v1/subscriptions/{id}/deliveries:retry", variant: "dry run", permission: auth.PermEventsManage, scope: owned, request: func(t target) request {
+		return post("/v1/subscriptions/"+t.Subscription+"/deliveries:retry",
+			`{"filter":{"state":"EXPIRED"},"additional_attempts":1,"reason":"authz probe","dry_run":true}`)
+	}},
+	{route: "POST /v1/subscriptions/{id}:replay", variant: "dry run", permission: auth.PermEventsManage, scope: owned, request: func(t target) request {
+		return post("/v1/subscriptions/"+t.Subscription+":replay", `{"from_sequence":"1","to_sequence":"1","reason":"authz probe","dry_run":true}`)
+	}},
+	{route: "POST /v1/subscriptions/{id}:skip", permission: auth.PermEventsManage, scope: owned, request: func(t target) request {
+		return post("/v1/subscriptions/"+t.Subscription+":skip", `{"to_sequence":"head","expected_revision":%q,"reason":"authz probe"}`, probeRevision)
+	}},
+	{route: "DELETE /v1/subscriptions/{id}", permission: auth.PermEventsManage, scope: owned, request: func(t target) request {
+		return request{method: http.MethodDelete, path: "/v1/subscriptions/" + t.Subscription,
+			body: fmt.Sprintf(`{"expected_revision":%q,"reason":"authz probe"}`, probeRevision)}
 	}},
 	{route: "GET /v1/subscriptions/{id}/deliveries/{delivery_id}", permission: auth.PermEventsRead, scope: owned, mixed: true, request: func(t target) request {
 		return request{method: http.MethodGet, path: "/v1/subscriptions/" + t.Subscription + "/deliveries/" + t.Delivery}
