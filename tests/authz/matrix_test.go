@@ -122,7 +122,7 @@ func TestF4_AuthorizationMatrix(t *testing.T) {
 				t.Errorf("%s by its owner: %d %s, want it past authorization and validation", r.name(), a.status, a.raw)
 			}
 		}
-		if r.scope == self {
+		if r.scope == self || r.scope == grants {
 			continue
 		}
 		miss := m.send(t, ownerAuth, r.request(randomTarget()), req.entry != nil)
@@ -389,6 +389,18 @@ func (m *matrix) cell(t *testing.T, r row, c *caller) {
 		}
 		if a.status != http.StatusOK || json.Unmarshal(a.data, &got) != nil || got.ID != c.cred.CredentialID {
 			t.Errorf("%s: %d %s, want 200 with the caller's own credential %s", r.name(), a.status, a.raw, c.cred.CredentialID)
+		}
+		m.noLeak(t, r.name(), a, c)
+
+	case r.scope == grants:
+		// No permission is needed; the answer lists the caller's own
+		// granted queues, the owner's only when the caller shares it.
+		a := m.send(t, c.auth, r.request(real), false)
+		if a.status != http.StatusOK {
+			t.Errorf("%s: %d %s, want 200 with the caller's granted queues", r.name(), a.status, a.raw)
+		}
+		if c.own.Queue != "" && !bytes.Contains(a.raw, []byte(c.own.Queue)) {
+			t.Errorf("%s: %s does not list the caller's own queue %s", r.name(), a.raw, c.own.Queue)
 		}
 		m.noLeak(t, r.name(), a, c)
 

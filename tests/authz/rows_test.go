@@ -31,10 +31,13 @@ const (
 	// ownedList lists the caller's own resources on a queue: 404 for a
 	// queue outside its grants, and never another credential's rows.
 	ownedList
+	// grants lists the queues granted to the caller: 200 for any
+	// credential, with its own queues and no other.
+	grants
 )
 
 func (s scope) String() string {
-	return [...]string{"public", "self", "queued", "owned", "queueList", "ownedList"}[s]
+	return [...]string{"public", "self", "queued", "owned", "queueList", "ownedList", "grants"}[s]
 }
 
 // target names what a request acts on: the owner's real resources, random
@@ -110,6 +113,7 @@ var rows = []row{
 	{route: "GET /healthz", scope: public, request: get("/healthz")},
 	{route: "GET /readyz", scope: public, request: get("/readyz")},
 	{route: "GET /v1/credential", scope: self, request: get("/v1/credential")},
+	{route: "GET /v1/queues", scope: grants, request: get("/v1/queues")},
 
 	{route: "POST /v1/tasks", permission: auth.PermTasksSubmit, scope: queued, request: func(t target) request {
 		return post("/v1/tasks", `{"queue_id":%q,"input":{"probe":"authz"}}`, t.Queue)
