@@ -14,6 +14,7 @@ import (
 
 	"github.com/orbitrun/orbit/internal/audit"
 	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/idem"
 )
@@ -81,6 +82,7 @@ func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return 0, nil, err
 			}
+			db.OnCommit(tx, func() { m.store.metrics.submittedTask(t) })
 			return http.StatusCreated, taskReceipt{Task: t.view(false)}, nil
 		}, nil
 	})
@@ -178,10 +180,11 @@ func (m *Module) cancel(w http.ResponseWriter, r *http.Request) {
 			return nil, err
 		}
 		return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-			after, _, err := TaskCancel(ctx, tx, t.ID, reason)
+			after, ev, err := TaskCancel(ctx, tx, t.ID, reason)
 			if err != nil {
 				return 0, nil, err
 			}
+			db.OnCommit(tx, func() { m.store.metrics.appended(ev) })
 			if err := m.audit.Audit(ctx, tx, audit.Record{
 				NamespaceID: p.NamespaceID, CredentialID: p.CredentialID, Action: "task.cancel", SubjectID: t.ID, Reason: reason,
 			}); err != nil {
@@ -236,13 +239,14 @@ func (m *Module) review(w http.ResponseWriter, r *http.Request) {
 			return nil, err
 		}
 		return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-			after, _, err := TaskReview(ctx, tx, &TaskReviewParams{
+			after, ev, err := TaskReview(ctx, tx, &TaskReviewParams{
 				ID: t.ID, ExpectedRevision: uint64(*req.ExpectedRevision), Resolution: *req.Resolution,
 				Reason: *req.Reason, Result: result,
 			})
 			if err != nil {
 				return 0, nil, err
 			}
+			db.OnCommit(tx, func() { m.store.metrics.appended(ev) })
 			if err := m.audit.Audit(ctx, tx, audit.Record{
 				NamespaceID: p.NamespaceID, CredentialID: p.CredentialID, Action: "task.review." + *req.Resolution, SubjectID: t.ID, Reason: *req.Reason,
 			}); err != nil {
