@@ -89,6 +89,9 @@ type Deliveries interface {
 	// MaterializeSoon wakes the background materialiser, after ACKs made
 	// room in backlogs that were full.
 	MaterializeSoon()
+	// DeliveryOutcome counts committed delivery outcomes
+	// (orbit_deliveries_total).
+	DeliveryOutcome(subscriptionID, namespaceID, outcome string, n int)
 }
 
 var _ Deliveries = (*subscriptions.Module)(nil)
@@ -101,9 +104,10 @@ type Module struct {
 	entry *wsx.Entry
 	// Endpoint mounts the entry (Routes) and stops it (Stop).
 	wsx.Endpoint
-	pool   *claimPool
-	acks   *batch.Batcher[*ackRequest]
-	logger *slog.Logger
+	pool    *claimPool
+	acks    *batch.Batcher[*ackRequest]
+	logger  *slog.Logger
+	metrics *eventMetrics
 }
 
 // OrbitModule returns the module's info.
@@ -167,6 +171,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.logger = env.Logger.With("module", "events")
 	m.acks = newAckBatcher(s, s.MaterializeSoon)
 	m.pool = newClaimPool(m.cfg.ClaimsInFlight, m.cfg.ClaimsPerApp, m.cfg.ClaimsQueued, m.cfg.ClaimsPerRound)
+	m.metrics = newEventMetrics(env.Metrics, m.pool)
 	m.entry, m.Endpoint, err = wsx.NewEndpoint("events", "/v1/events/connect", m.auth, m.logger, wsx.Config{
 		Subprotocol:   subprotocol,
 		Permission:    auth.PermEventsConsume,
@@ -176,6 +181,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 		WriteTimeout:  m.cfg.WriteTimeout,
 		IdleTimeout:   m.cfg.IdleTimeout,
 		HelloTimeout:  m.cfg.HelloTimeout,
+		Metrics:       env.Metrics,
 	}, m.connect, m.acks.Wait)
 	return err
 }

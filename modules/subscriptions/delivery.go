@@ -100,7 +100,7 @@ const sweepGroup = 100
 // reads only their LEASED deliveries, through the claim index: as many as
 // the connections' capacities, never the whole table.
 func recoverLeases(ctx context.Context, tx *sql.Tx, subscriptionIDs []string, batch int, now time.Time) (int, error) {
-	query := `SELECT id, attempts >= attempt_budget FROM event_deliveries
+	query := `SELECT id, attempts >= attempt_budget, subscription_id FROM event_deliveries
 		WHERE subscription_id IN (` + db.Placeholders(len(subscriptionIDs)) + `) AND state = 'LEASED' AND lease_until < ?`
 	args := make([]any, 0, len(subscriptionIDs)+2)
 	for _, id := range subscriptionIDs {
@@ -112,13 +112,15 @@ func recoverLeases(ctx context.Context, tx *sql.Tx, subscriptionIDs []string, ba
 		return 0, err
 	}
 	var toPending, toExpired []any
+	expiredBySubscription := map[string]int{}
 	for rows.Next() {
-		var id string
+		var id, subscriptionID string
 		var exhausted bool
-		if err := rows.Scan(&id, &exhausted); err != nil {
+		if err := rows.Scan(&id, &exhausted, &subscriptionID); err != nil {
 			rows.Close()
 			return 0, err
 		}
+		expiredBySubscription[subscriptionID]++
 		if exhausted {
 			toExpired = append(toExpired, id)
 		} else {
@@ -142,6 +144,7 @@ func recoverLeases(ctx context.Context, tx *sql.Tx, subscriptionIDs []string, ba
 			return 0, err
 		}
 	}
+	leaseExpiredOnCommit(ctx, tx, expiredBySubscription)
 	return len(toPending) + len(toExpired), nil
 }
 

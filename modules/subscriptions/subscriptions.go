@@ -80,6 +80,10 @@ type Module struct {
 	// claim without waiting for a poll.
 	claimable wake.Broadcast
 
+	// metrics counts delivery outcomes and refreshes the subscription
+	// gauges.
+	metrics *deliveryMetrics
+
 	loops bg.Group
 }
 
@@ -127,6 +131,8 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	}
 	m.auth = a
 	m.logger = env.Logger.With("module", "subscriptions")
+	m.metrics = newDeliveryMetrics(env.Metrics, env.DB, log)
+	env.Metrics.Refresh(m.metrics)
 	return nil
 }
 
@@ -180,7 +186,7 @@ func (m *Module) materializeLoop(ctx context.Context) {
 // with the same transitions a claim applies (S-22).
 func (m *Module) recoverExpired(ctx context.Context) {
 	for ctx.Err() == nil {
-		n, err := DeliveryRecover(ctx, m.db, "", m.cfg.RecoverBatch)
+		n, err := DeliveryRecover(withMetrics(ctx, m.metrics), m.db, "", m.cfg.RecoverBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				m.logger.Warn("recover delivery leases", "err", err)
