@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,10 +51,34 @@ func (r *Registry) refresherList() []Refresher {
 }
 
 // Querier is the database as a Refresher sees it: a pool that counts the
-// statements run through it, for the Collector's own cost metric.
+// statements run through it, for the Collector's own cost metric, and
+// keeps them, so that tests can EXPLAIN what a refresh runs.
 type Querier struct {
 	db      *sql.DB
 	queries atomic.Int64
+
+	mu         sync.Mutex
+	statements []Statement
+}
+
+// Statement is one statement a Refresher ran, with its arguments.
+type Statement struct {
+	Query string
+	Args  []any
+}
+
+func (q *Querier) record(query string, args []any) {
+	q.queries.Add(1)
+	q.mu.Lock()
+	q.statements = append(q.statements, Statement{Query: query, Args: args})
+	q.mu.Unlock()
+}
+
+// Statements returns the statements run through q, in order.
+func (q *Querier) Statements() []Statement {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return append([]Statement(nil), q.statements...)
 }
 
 // NewQuerier returns a Querier on pool, for tests and benchmarks that run
@@ -62,13 +87,13 @@ func NewQuerier(pool *sql.DB) *Querier { return &Querier{db: pool} }
 
 // QueryContext runs a query and counts it.
 func (q *Querier) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	q.queries.Add(1)
+	q.record(query, args)
 	return q.db.QueryContext(ctx, query, args...)
 }
 
 // QueryRowContext runs a single-row query and counts it.
 func (q *Querier) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	q.queries.Add(1)
+	q.record(query, args)
 	return q.db.QueryRowContext(ctx, query, args...)
 }
 
@@ -133,10 +158,11 @@ func (c *Collector) refreshLogged(ctx context.Context) {
 	}
 }
 
-// Cost is what one refresh took.
+// Cost is what one refresh took, and the statements it ran.
 type Cost struct {
-	Queries  int64
-	Duration time.Duration
+	Queries    int64
+	Duration   time.Duration
+	Statements []Statement
 }
 
 // Refresh runs every refresher once, records the cost and returns it with
@@ -153,7 +179,7 @@ func (c *Collector) Refresh(ctx context.Context) (Cost, error) {
 			errs = append(errs, err)
 		}
 	}
-	cost := Cost{Queries: q.Queries(), Duration: time.Since(start)}
+	cost := Cost{Queries: q.Queries(), Duration: time.Since(start), Statements: q.Statements()}
 	c.queries.Set(float64(cost.Queries))
 	c.seconds.Observe(cost.Duration.Seconds())
 	if err := errors.Join(errs...); err != nil {
