@@ -132,7 +132,7 @@ func (c *Config) ValidateAt(positions map[string]string) error {
 	if c.Server.MetricsListen != "" {
 		if reason := listenProblem(c.Server.MetricsListen); reason != "" {
 			add("server.metrics_listen", "%s (or empty to disable metrics)", reason)
-		} else if c.Server.MetricsListen == c.Server.Listen {
+		} else if c.Server.MetricsListen == c.Server.Listen && !strings.HasSuffix(c.Server.Listen, ":0") {
 			add("server.metrics_listen", "must differ from server.listen: metrics are never served on the API listener")
 		}
 	}
