@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -246,4 +247,17 @@ func TestO2_WorkloadMetrics(t *testing.T) {
 	if got := after.value("orbit_db_transactions_total", "outcome", "commit_unknown"); got != 0 {
 		t.Errorf("commit_unknown = %v, want 0", got)
 	}
+
+	// O-4: docs/operations.md names every Orbit family of the scrape.
+	t.Run("O4_EveryFamilyDocumented", func(t *testing.T) {
+		doc, err := os.ReadFile("../../docs/operations.md")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name := range after {
+			if strings.HasPrefix(name, "orbit_") && !strings.Contains(string(doc), "`"+name+"`") {
+				t.Errorf("docs/operations.md does not list %s", name)
+			}
+		}
+	})
 }
