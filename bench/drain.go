@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -103,13 +104,34 @@ func prefill(ctx context.Context, e *env, queue string, n int) error {
 	return nil
 }
 
-// runDrain fills the drain queue's log with n results, then measures how
-// fast drainConsumers consumers of one new subscription (from sequence 0)
-// receive and acknowledge them all, under a CPU profile.
-func runDrain(ctx context.Context, e *env, n int, timeout time.Duration) (*drainResult, error) {
+// errNackOnce is the handler result of the NACK-then-ACK drain.
+var errNackOnce = errors.New("bench: NACK the first delivery")
+
+// drainHandler returns the handler of a drain: it acknowledges every
+// delivery or, with nackFirst, NACKs the first delivery of every event
+// with delay 0 and acknowledges the second (K-2, K-15).
+func drainHandler(nackFirst bool) orbit.EventHandler {
+	return func(_ context.Context, d *orbit.Delivery) error {
+		if nackFirst && d.Proof.Epoch == 1 {
+			return orbit.Retry(errNackOnce, 0)
+		}
+		return nil
+	}
+}
+
+// runDrain fills a queue's log with n results, then measures how fast
+// drainConsumers consumers of one new subscription (from sequence 0)
+// receive and acknowledge them all, under a CPU profile. The queue is
+// "drain"; with nackFirst it is "nack" and every event is NACKed once
+// with delay 0 before it is acknowledged.
+func runDrain(ctx context.Context, e *env, n int, timeout time.Duration, nackFirst bool) (*drainResult, error) {
+	queue := "drain"
+	if nackFirst {
+		queue = "nack"
+	}
 	res := &drainResult{Events: n}
 	start := time.Now()
-	if err := prefill(ctx, e, "drain", n); err != nil {
+	if err := prefill(ctx, e, queue, n); err != nil {
 		return nil, err
 	}
 	res.Prefill = time.Since(start)
@@ -121,7 +143,7 @@ func runDrain(ctx context.Context, e *env, n int, timeout time.Duration) (*drain
 	}
 	defer hc.CloseIdleConnections()
 
-	res.Profile = filepath.Join(e.dir, "drain.cpu.pprof")
+	res.Profile = filepath.Join(e.dir, queue+".cpu.pprof")
 	f, err := os.Create(res.Profile)
 	if err != nil {
 		return nil, err
@@ -145,11 +167,11 @@ func runDrain(ctx context.Context, e *env, n int, timeout time.Duration) (*drain
 	defer sampler.stop()
 	zero := uint64(0)
 	began := time.Now()
-	sub, err := e.subscribe(ctx, client, "drain", "drain", &zero, drainMaxPending)
+	sub, err := e.subscribe(ctx, client, queue, queue, &zero, drainMaxPending)
 	if err != nil {
 		return nil, err
 	}
-	cs, err := e.startConsumers(ctx, []string{sub}, drainConsumers, func(context.Context, *orbit.Delivery) error { return nil })
+	cs, err := e.startConsumers(ctx, []string{sub}, drainConsumers, drainHandler(nackFirst))
 	if err != nil {
 		return nil, err
 	}

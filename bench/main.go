@@ -37,7 +37,7 @@ type options struct {
 }
 
 // rowNames are the row groups -only accepts.
-var rowNames = []string{"raw", "metrics", "drain", "rss", "live", "latency", "peer"}
+var rowNames = []string{"raw", "metrics", "drain", "nack", "rss", "live", "latency", "peer"}
 
 // runs reports whether the row group name is part of this run.
 func (o options) runs(name string) bool { return len(o.only) == 0 || o.only[name] }
@@ -93,6 +93,7 @@ type results struct {
 	opts     options
 	raw      []rawResult
 	drain    *drainResult
+	nack     *drainResult // the drain with every event NACKed once
 	rss      *rssResult
 	metrics  *metricsResult
 	live     *liveResult
@@ -153,12 +154,22 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 
 	if o.runs("drain") {
 		step("backlog drain: appending %d results, then draining them with %d consumers", o.drainEvents, drainConsumers)
-		if r.drain, err = runDrain(ctx, e, o.drainEvents, 4*time.Minute); err != nil {
+		if r.drain, err = runDrain(ctx, e, o.drainEvents, 4*time.Minute, false); err != nil {
 			return err
 		}
 		step("%s", r.drain.summary())
 		if len(o.only) > 0 {
 			fmt.Fprintf(os.Stderr, "%s\n%s\n%s\n", costLine(r.drain.Cost, r.drain.Events), r.drain.DBSamples, r.drain.ProfileTop)
+		}
+	}
+	if o.runs("nack") {
+		step("NACK-then-ACK drain: appending %d results, then NACKing each once (delay 0) and ACKing it with %d consumers", o.drainEvents, drainConsumers)
+		if r.nack, err = runDrain(ctx, e, o.drainEvents, 8*time.Minute, true); err != nil {
+			return err
+		}
+		step("NACK-then-ACK %s", r.nack.summary())
+		if len(o.only) > 0 {
+			fmt.Fprintf(os.Stderr, "%s\n", costLine(r.nack.Cost, r.nack.Events))
 		}
 	}
 

@@ -58,6 +58,10 @@ func (r *results) table() string {
 	d := r.drain
 	fmt.Fprintf(w, "orbit backlog drain\t%s results in log · 1 sub (from 0, max_pending %d) · %d consumers × cap %d\t%s delivered+ACKed/s\t%s\t%s\n",
 		num(float64(d.Events)), drainMaxPending, drainConsumers, consumerCapacity, num(d.Rate), perItem(d.Cost, d.Events), cpu(d.Cost))
+	if n := r.nack; n != nil {
+		fmt.Fprintf(w, "orbit backlog NACK-then-ACK\t%s results in log · every event NACKed once (delay 0), then ACKed · %d consumers × cap %d\t%s events NACKed+redelivered+ACKed/s\t%s\t%s\n",
+			num(float64(n.Events)), drainConsumers, consumerCapacity, num(n.Rate), perItem(n.Cost, n.Events), cpu(n.Cost))
+	}
 	l := r.live
 	p50, p95, p99, _ := l.Lat.percentiles()
 	liveNote := ""

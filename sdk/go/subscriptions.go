@@ -225,6 +225,14 @@ type EventDelivery struct {
 	// AcknowledgedAt is set only when ACKED: the first valid
 	// acknowledgement.
 	AcknowledgedAt *time.Time `json:"acknowledged_at,omitempty"`
+	// ExpiredReason is set only when EXPIRED: ExpiredAttemptsExhausted,
+	// ExpiredRejected or ExpiredSkipped.
+	ExpiredReason string `json:"expired_reason,omitempty"`
+	// LastError is the reason of the last NACK or reject, or
+	// LEASE_EXPIRED after a lease ran out; empty when there was none.
+	LastError string `json:"last_error,omitempty"`
+	// Nacks counts the NACKs the delivery received.
+	Nacks int `json:"nacks,omitempty"`
 }
 
 // ResultEvent is an entry of a queue's result log. Details and Snapshot

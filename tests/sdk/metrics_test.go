@@ -86,7 +86,8 @@ func (s scrape) value(family string, labels ...string) float64 {
 // TestO2_WorkloadMetrics runs a workload against a real server (tasks
 // submitted over HTTP, worked by the SDK worker and by a worker that
 // disappears, results consumed by an SDK consumer that ACKs, one whose
-// handler always fails and none at all) and checks in real scrapes that
+// handler always fails (NACKs), one that takes its deliveries and goes
+// away, and none at all) and checks in real scrapes that
 // every O-2 family is there with the values the workload implies.
 func TestO2_WorkloadMetrics(t *testing.T) {
 	t.Parallel()
@@ -103,7 +104,7 @@ func TestO2_WorkloadMetrics(t *testing.T) {
 	client := newClient(t, srv, cred.Token)
 	ctx := context.Background()
 	subs := map[string]string{}
-	for name, maxAttempts := range map[string]int{"acked": 0, "dead": 1, "idle": 0} {
+	for name, maxAttempts := range map[string]int{"acked": 0, "dead": 1, "nacked": 1, "idle": 0} {
 		res, err := client.CreateSubscription(ctx, "create:"+name, orbit.CreateSubscriptionRequest{
 			Name: name, QueueID: cred.QueueID, MaxAttempts: maxAttempts,
 		})
@@ -176,21 +177,34 @@ func TestO2_WorkloadMetrics(t *testing.T) {
 		t.Errorf("lag before consuming %v, want %d", lag, n+1)
 	}
 
-	// The consumer of "acked" catches up; that of "dead" never ACKs.
+	// The consumer of "acked" catches up; that of "nacked" NACKs every
+	// delivery (its handler fails), with one attempt each; that of "dead"
+	// takes its deliveries and goes away, so that their leases run out.
 	cfg := orbit.EventConsumerConfig{BaseURL: srv.URL, Token: cred.Token, Capacity: 4,
 		Backoff: orbit.BackoffConfig{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}, Logger: testLogger(t)}
-	acked, dead := cfg, cfg
-	acked.SubscriptionID, dead.SubscriptionID = subs["acked"], subs["dead"]
+	acked, nacked := cfg, cfg
+	acked.SubscriptionID, nacked.SubscriptionID = subs["acked"], subs["nacked"]
 	startConsumer(t, acked, func(context.Context, *orbit.Delivery) error { return nil })
-	startConsumer(t, dead, func(context.Context, *orbit.Delivery) error { return errors.New("cannot handle it") })
-	waitUntil(t, waitTime, "all acked and all dead", func() bool {
-		expired := 0
-		for _, d := range deliveries(t, srv.DB, subs["dead"]) {
+	startConsumer(t, nacked, func(context.Context, *orbit.Delivery) error { return errors.New("cannot handle it") })
+	gone := wstest.Dial(t, wstest.Options{URL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/events/connect",
+		Subprotocol: "orbit.events.v1", Token: cred.Token})
+	gone.Send("events.hello", map[string]any{"subscription_id": subs["dead"], "capacity": n + 1})
+	gone.NextType("events.welcome")
+	for range n + 1 {
+		gone.NextType("event.deliver")
+	}
+	gone.Close()
+	expired := func(sub string) int {
+		count := 0
+		for _, d := range deliveries(t, srv.DB, sub) {
 			if d.state == "EXPIRED" {
-				expired++
+				count++
 			}
 		}
-		return countAcked(t, srv.DB, subs["acked"]) == n+1 && expired == n+1
+		return count
+	}
+	waitUntil(t, waitTime, "all acked and all dead", func() bool {
+		return countAcked(t, srv.DB, subs["acked"]) == n+1 && expired(subs["dead"]) == n+1 && expired(subs["nacked"]) == n+1
 	}, func() string { return "" })
 
 	srv.RefreshMetrics(t)
@@ -226,8 +240,10 @@ func TestO2_WorkloadMetrics(t *testing.T) {
 		{"acked is not blocked", "orbit_subscription_blocked", []string{"subscription", subs["acked"]}, 0},
 		{"acks", "orbit_deliveries_total", []string{"subscription", subs["acked"], "namespace", ns, "outcome", "ack"}, n + 1},
 		{"lease expiries", "orbit_deliveries_total", []string{"subscription", subs["dead"], "outcome", "lease_expired"}, n + 1},
+		{"NACKs", "orbit_deliveries_total", []string{"subscription", subs["nacked"], "outcome", "nack"}, n + 1},
+		{"NACKed dead letters", "orbit_dead_letters", []string{"subscription", subs["nacked"]}, n + 1},
 		{"ACK latencies", "orbit_delivery_ack_seconds", nil, n + 1},
-		{"first deliveries", "orbit_result_delivery_seconds", nil, 2 * (n + 1)},
+		{"first deliveries", "orbit_result_delivery_seconds", nil, 3 * (n + 1)},
 		{"consumers connected", "orbit_ws_connections", []string{"entry", "events"}, 2},
 		{"refused upgrade", "orbit_ws_refused_total", []string{"entry", "events", "reason", "PROTOCOL_REQUIRED"}, 1},
 		{"submissions over HTTP", "orbit_http_requests_total", []string{"route", "/v1/tasks", "code", "OK"}, n + 1},

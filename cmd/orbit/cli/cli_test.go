@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/orbitrun/orbit/cmd/orbit/cli"
@@ -41,14 +40,7 @@ func TestMain(m *testing.M) {
 			os.Unsetenv(name)
 		}
 	}
-	code := testdb.Run(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(testdb.CheckLeaks(testdb.Run(m)))
 }
 
 // orbit runs the root command with args and returns what it printed on
