@@ -94,7 +94,9 @@ func TestO2_WorkloadMetrics(t *testing.T) {
 	const n = 5
 	srv := servertest.Start(t,
 		eventsSection(func(c *events.Config) { c.PollInterval = consumerPoll; c.LeaseDuration = 400 * time.Millisecond }),
-		subscriptionsSection(func(c *subscriptions.Config) { c.RecoverInterval = 50 * time.Millisecond }),
+		subscriptionsSection(func(c *subscriptions.Config) {
+			c.RecoverInterval, c.NoConsumerAfter = 50*time.Millisecond, 200*time.Millisecond
+		}),
 		servertest.ModuleConfig("workers", func(c *workers.Config) {
 			c.LeaseDuration, c.HeartbeatInterval = 500*time.Millisecond, 200*time.Millisecond
 		}),
@@ -117,7 +119,9 @@ func TestO2_WorkloadMetrics(t *testing.T) {
 	// n tasks succeed through the SDK worker.
 	workerCtx, stopWorker := context.WithCancel(ctx)
 	worker, err := orbit.NewWorker(orbit.WorkerConfig{BaseURL: srv.URL, Token: cred.Token, QueueID: cred.QueueID, Logger: testLogger(t)},
-		func(context.Context, *orbit.AssignedTask) orbit.Outcome { return orbit.Succeeded([]byte(`{"ok":true}`)) })
+		func(context.Context, *orbit.AssignedTask) orbit.Outcome {
+			return orbit.Succeeded([]byte(`{"ok":true}`))
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
