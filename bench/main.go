@@ -37,7 +37,7 @@ type options struct {
 }
 
 // rowNames are the row groups -only accepts.
-var rowNames = []string{"raw", "drain", "nack", "rss", "live", "latency", "peer"}
+var rowNames = []string{"raw", "metrics", "drain", "nack", "rss", "live", "latency", "peer"}
 
 // runs reports whether the row group name is part of this run.
 func (o options) runs(name string) bool { return len(o.only) == 0 || o.only[name] }
@@ -95,6 +95,7 @@ type results struct {
 	drain    *drainResult
 	nack     *drainResult // the drain with every event NACKed once
 	rss      *rssResult
+	metrics  *metricsResult
 	live     *liveResult
 	latency  []latencyResult
 	peerPub  *peerPublish
@@ -120,6 +121,11 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 		e.close()
 	}()
 	r.settings = e.settings
+	scrapeCtx, stopScraping := context.WithCancel(ctx)
+	defer stopScraping()
+	if err := e.startScraper(scrapeCtx); err != nil {
+		return err
+	}
 	r.loadStart = loadAverage()
 	first, err := e.snapshot(ctx)
 	if err != nil {
@@ -136,6 +142,14 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 		for _, x := range r.raw {
 			step("%s", x.summary())
 		}
+	}
+
+	if o.runs("metrics") {
+		step("metrics collector: %d queues, %d subscriptions, %d refreshes", metricsQueues, metricsSubscriptions, metricsRefreshes)
+		if r.metrics, err = runMetrics(ctx, e); err != nil {
+			return err
+		}
+		step("%s", r.metrics.summary())
 	}
 
 	if o.runs("drain") {

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/modules/events"
 	"github.com/orbitrun/orbit/modules/subscriptions"
 )
@@ -49,6 +50,10 @@ func (r *results) table() string {
 	for _, x := range r.raw {
 		fmt.Fprintf(w, "raw commit ceiling\t%d conn · 1 row/tx (BEGIN, INSERT, COMMIT)\t%s commits/s\t%s\t%s\n",
 			x.Conns, num(x.Rate), perItem(x.Cost, int(x.Commits)), cpu(x.Cost))
+	}
+	if m := r.metrics; m != nil {
+		fmt.Fprintf(w, "orbit metrics refresh (O-3)\t%d queues · %d subscriptions (%d deliveries) · 1 collector\t%d queries · %s per refresh (p50 of %d; max %s)\t\t\n",
+			m.Queues, m.Subscriptions, m.Deliveries, m.Queries, ms(m.P50), metricsRefreshes, ms(m.Max))
 	}
 	d := r.drain
 	fmt.Fprintf(w, "orbit backlog drain\t%s results in log · 1 sub (from 0, max_pending %d) · %d consumers × cap %d\t%s delivered+ACKed/s\t%s\t%s\n",
@@ -108,6 +113,8 @@ func (r *results) table() string {
 	sub := subscriptions.DefaultMaterializeBatch
 	fmt.Fprintf(&b, "- orbit: server defaults (config.Default, module defaults): materialize_batch %d, claims of one app serialised (claims_per_app %d, claims_in_flight %d), lease %s, poll %s; a claim leases up to the connection's free capacity in one transaction; the ACKs of all event connections, and the task completions of all worker connections, are recorded in shared transactions (group commit), each answered after its commit\n",
 		sub, events.DefaultClaimsPerApp, events.DefaultClaimsInFlight, events.DefaultLeaseDuration, events.DefaultPollInterval)
+	fmt.Fprintf(&b, "- metrics: on in every row: the collector refreshes the database-backed gauges every %s and GET /metrics is scraped every %s; the metrics row times %d refreshes after %d queues and %d subscriptions of their own were filled (%d results and %d PENDING tasks per queue)\n",
+		config.DefaultMetricsRefreshInterval, scrapeInterval, metricsRefreshes, metricsQueues, metricsSubscriptions, metricsResults, metricsPending)
 	fmt.Fprintf(&b, "- drain: results are task.cancelled events appended with the tasks store (TaskInsert + TaskCancel, %d per transaction, %d writers): %s appended at %s/s before the clock starts; clock from subscription creation to the last confirmed ACK\n",
 		prefillTx, prefillWorkers, num(float64(d.Events)), num(d.PrefillRate))
 	fmt.Fprintf(&b, "- live: %d tasks submitted with the SDK client (1 task per request, %d goroutines), completed by SDK workers (handler returns at once), delivered to SDK consumers (no-op handler); clock from the first submission to the last confirmed ACK; submissions ran at %s/s; results were committed at %s/s (first submission → last result in the log)\n",

@@ -29,6 +29,11 @@ const (
 	DefaultMaxOpenConns   = 32
 	DefaultLogLevel       = "info"
 	DefaultLogFormat      = "text"
+	// DefaultMetricsListen serves GET /metrics on loopback only.
+	DefaultMetricsListen = "127.0.0.1:9090"
+	// DefaultMetricsRefreshInterval is how often the database-backed
+	// gauges are recomputed.
+	DefaultMetricsRefreshInterval = 10 * time.Second
 )
 
 // Config holds the core sections shared by every command. Module sections
@@ -37,6 +42,7 @@ type Config struct {
 	Server   Server   `yaml:"server"`
 	Database Database `yaml:"database"`
 	Log      Log      `yaml:"log"`
+	Metrics  Metrics  `yaml:"metrics"`
 }
 
 // Server configures the HTTP listener of `orbit serve`.
@@ -61,6 +67,18 @@ type Server struct {
 	// PublicURL is the address clients use, written into credentials files.
 	// Empty means http://<listen>.
 	PublicURL string `yaml:"public_url"`
+	// MetricsListen is the TCP address of the separate listener that
+	// serves GET /metrics without a credential (O-1); empty disables it.
+	// Never the API listener.
+	MetricsListen string `yaml:"metrics_listen"`
+}
+
+// Metrics configures the node's Prometheus metrics.
+type Metrics struct {
+	// RefreshInterval is how often the node's one background collector
+	// recomputes the gauges that need the database (O-3). A scrape never
+	// queries the database.
+	RefreshInterval time.Duration `yaml:"refresh_interval"`
 }
 
 // Database configures the platform database.
@@ -91,7 +109,9 @@ func Default() *Config {
 			ShutdownTimeout: DefaultShutdownTimeout,
 			IdleTimeout:     DefaultIdleTimeout,
 			MaxConnections:  DefaultMaxConnections,
+			MetricsListen:   DefaultMetricsListen,
 		},
+		Metrics:  Metrics{RefreshInterval: DefaultMetricsRefreshInterval},
 		Database: Database{MaxOpenConns: DefaultMaxOpenConns},
 		Log:      Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
 	}
@@ -109,6 +129,14 @@ func (c *Config) ValidateAt(positions map[string]string) error {
 	if reason := listenProblem(c.Server.Listen); reason != "" {
 		add("server.listen", "%s", reason)
 	}
+	if c.Server.MetricsListen != "" {
+		if reason := listenProblem(c.Server.MetricsListen); reason != "" {
+			add("server.metrics_listen", "%s (or empty to disable metrics)", reason)
+		} else if c.Server.MetricsListen == c.Server.Listen && !strings.HasSuffix(c.Server.Listen, ":0") {
+			add("server.metrics_listen", "must differ from server.listen: metrics are never served on the API listener")
+		}
+	}
+	problems.Positive("metrics.refresh_interval", c.Metrics.RefreshInterval)
 	problems.Positive("server.request_deadline", c.Server.RequestDeadline)
 	problems.Positive("server.shutdown_timeout", c.Server.ShutdownTimeout)
 	problems.Positive("server.idle_timeout", c.Server.IdleTimeout)

@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orbitrun/orbit/config"
+	"github.com/orbitrun/orbit/internal/metrics"
 )
 
 // Info identifies a module and declares its place in the module graph. Info
@@ -127,6 +128,11 @@ type Env struct {
 	Config *config.Config
 	DB     *sql.DB
 	Logger *slog.Logger
+	// Metrics is the node's registry: modules register their collectors
+	// and their database refreshers (metrics.Refresher) on it from
+	// Provision. It is nil for commands that do not serve; the kit's
+	// methods accept that.
+	Metrics *metrics.Registry
 
 	host *Host
 }

@@ -41,6 +41,9 @@ var ErrCommitUnknown = errors.New("db: commit outcome unknown")
 // that wraps ErrCommitUnknown. If ctx ends before COMMIT is sent, Tx rolls
 // back and returns ctx's error.
 //
+// Each attempt's outcome goes to the pool's ObserveTx function, and
+// functions fn registered with OnCommit run after the COMMIT.
+//
 // db must be a pool made by Open: the transaction takes its connections'
 // session level, READ COMMITTED, rather than setting it with one more round
 // trip per transaction.
@@ -48,22 +51,31 @@ func Tx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
 	for attempt := 1; ; attempt++ {
 		err := runTx(ctx, db, fn)
 		if err == nil {
+			observe(db, TxCommit)
 			return nil
 		}
-		retryable := (IsDeadlock(err) || IsLockTimeout(err)) && !errors.Is(err, ErrCommitUnknown)
+		if errors.Is(err, ErrCommitUnknown) {
+			observe(db, TxCommitUnknown)
+			return err
+		}
+		retryable := IsDeadlock(err) || IsLockTimeout(err)
 		if !retryable {
+			observe(db, TxRollback)
 			return err
 		}
 		if attempt == maxAttempts {
+			observe(db, TxRollback)
 			return fmt.Errorf("db: transaction failed %d times: %w", attempt, err)
 		}
 		timer := time.NewTimer(backoff(attempt))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
+			observe(db, TxRollback)
 			return fmt.Errorf("db: retry: %w (last attempt: %w)", ctx.Err(), err)
 		case <-timer.C:
 		}
+		observe(db, TxRetriedDeadlock)
 	}
 }
 
@@ -78,6 +90,9 @@ func runTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
 		return fmt.Errorf("db: begin: %w", err)
 	}
 	defer tx.Rollback()
+	h := &hooks{}
+	commitHooks.Store(tx, h)
+	defer commitHooks.Delete(tx)
 
 	if err := fn(tx); err != nil {
 		return err
@@ -91,6 +106,7 @@ func runTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
 	if err := tx.Commit(); err != nil {
 		return commitError(err)
 	}
+	runHooks(h)
 	return nil
 }
 

@@ -35,6 +35,29 @@ type MiddlewareOptions struct {
 	// Deadline bounds every request that is not wrapped in NoDeadline.
 	// Zero or negative means the 8 seconds of C-12.
 	Deadline time.Duration
+	// Observe, when set, is called once per request after its response,
+	// for the request metrics (O-2): see RequestObservation.
+	Observe func(RequestObservation)
+}
+
+// RouteUnmatched is the route of a request that matched no route.
+const RouteUnmatched = "unmatched"
+
+// CodeOK is the code of a request answered without an error.
+const CodeOK Code = "OK"
+
+// RequestObservation is what Middleware reports of one request.
+type RequestObservation struct {
+	// Route is the path template that matched, such as
+	// "/v1/tasks/{id}", or RouteUnmatched: never the path itself.
+	Route string
+	// Code is the C-7 code the request was answered with, or CodeOK.
+	Code Code
+	// Duration is the time from the request's arrival to its response.
+	Duration time.Duration
+	// Upgraded is true for a connection that was hijacked (a WebSocket),
+	// whose Duration is the connection's life, not a response time.
+	Upgraded bool
 }
 
 // requestState is what Middleware keeps about one request in its context.
@@ -183,7 +206,7 @@ func Middleware(opts MiddlewareOptions, next http.Handler) http.Handler {
 					p = nil
 				}
 			}
-			logRequest(st, r, next, rw, time.Since(start))
+			logRequest(st, r, next, rw, time.Since(start), opts.Observe)
 			if p != nil {
 				panic(p)
 			}
@@ -202,18 +225,21 @@ func Middleware(opts MiddlewareOptions, next http.Handler) http.Handler {
 	})
 }
 
-// logRequest writes the access log line of one request.
-func logRequest(st *requestState, r *http.Request, next http.Handler, rw *responseWriter, d time.Duration) {
+// logRequest writes the access log line of one request
+// and reports it to observe, when set.
+func logRequest(st *requestState, r *http.Request, next http.Handler, rw *responseWriter, d time.Duration, observe func(RequestObservation)) {
 	status := rw.status
 	if rw.hijacked && status == 0 {
 		status = http.StatusSwitchingProtocols
 	}
+	route := routeTemplate(next, r)
 	attrs := []slog.Attr{
 		slog.String("method", r.Method),
-		slog.String("route", routeTemplate(next, r)),
+		slog.String("route", route),
 		slog.Int("status", status),
 	}
 	st.mu.Lock()
+	code := st.code
 	if st.code != "" {
 		attrs = append(attrs, slog.String("code", string(st.code)))
 	}
@@ -221,6 +247,15 @@ func logRequest(st *requestState, r *http.Request, next http.Handler, rw *respon
 		attrs = append(attrs, slog.String("credential_id", st.credentialID))
 	}
 	st.mu.Unlock()
+	if observe != nil {
+		if route == "" {
+			route = RouteUnmatched
+		}
+		if code == "" {
+			code = CodeOK
+		}
+		observe(RequestObservation{Route: route, Code: code, Duration: d, Upgraded: rw.hijacked})
+	}
 	attrs = append(attrs, slog.Duration("duration", d), slog.String("remote_addr", r.RemoteAddr))
 	st.logger.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 }

@@ -30,6 +30,9 @@ type Endpoint struct {
 // ACKs.
 func NewEndpoint(module, path string, a auth.Authenticator, logger *slog.Logger, cfg Config, serve http.HandlerFunc, drain func(context.Context) error) (*Entry, Endpoint, error) {
 	cfg.Authenticate, cfg.Logger = FromAuthenticator(a), logger
+	if cfg.Name == "" {
+		cfg.Name = module
+	}
 	entry, err := NewEntry(cfg)
 	if err != nil {
 		return nil, Endpoint{}, fmt.Errorf("%s: %w", module, err)

@@ -83,6 +83,7 @@ func (e *Entry) Serve(w http.ResponseWriter, r *http.Request, helloType string, 
 		s, err = open(c, f, r)
 	}
 	if err != nil {
+		e.countRefused(err)
 		c.Refuse(f.MessageID, err, "hello refused")
 		return
 	}

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/metrics"
 )
 
 // Defaults of Config (E-6, E-14).
@@ -85,6 +87,12 @@ type Config struct {
 	// Logger receives the causes of internal errors. Nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// Name is the entry's label in its metrics (orbit_ws_connections,
+	// orbit_ws_refused_total), such as "events"; NewEndpoint sets it to
+	// the module's ID.
+	Name string
+	// Metrics is the node's registry; nil exposes nothing.
+	Metrics *metrics.Registry
 
 	// hooks are set by tests only.
 	hooks hooks
@@ -144,6 +152,9 @@ type Entry struct {
 	drained  chan struct{}  // closed when draining and open reaches 0
 	serving  int            // running calls of Serve
 	served   chan struct{}  // closed when draining and serving reaches 0
+
+	// refused counts refused upgrades and hellos by C-7 code.
+	refused *prometheus.CounterVec
 }
 
 // hooks let tests observe and stall a connection's goroutines. They are nil
@@ -160,6 +171,14 @@ func NewEntry(cfg Config) (*Entry, error) {
 		return nil, err
 	}
 	e := &Entry{cfg: cfg, conns: make(map[*Conn]bool), drained: make(chan struct{}), served: make(chan struct{})}
+	e.refused = cfg.Metrics.CounterVec("ws_refused_total",
+		"WebSocket connections refused, before the upgrade or at the hello, by entry and C-7 code.", "entry", "reason")
+	cfg.Metrics.GaugeFunc("ws_connections", "Open WebSocket connections of the entry on this node.",
+		prometheus.Labels{"entry": cfg.Name}, func() float64 {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			return float64(len(e.conns))
+		})
 	e.upgrader = websocket.Upgrader{
 		HandshakeTimeout:  cfg.WriteTimeout,
 		Subprotocols:      []string{cfg.Subprotocol},
@@ -268,6 +287,7 @@ func (e *Entry) check(r *http.Request) (*auth.Principal, error) {
 
 // reject writes the HTTP reply for a failed check.
 func (e *Entry) reject(w http.ResponseWriter, r *http.Request, err error) {
+	e.countRefused(err)
 	var he *httpx.Error
 	if errors.As(err, &he) {
 		switch he.Code {
@@ -281,19 +301,33 @@ func (e *Entry) reject(w http.ResponseWriter, r *http.Request, err error) {
 	httpx.WriteError(w, r, err)
 }
 
+// countRefused counts a refused connection under the C-7 code of err
+// (INTERNAL for an error without one).
+func (e *Entry) countRefused(err error) {
+	code := httpx.CodeInternal
+	var he *httpx.Error
+	if errors.As(err, &he) {
+		code = he.Code
+	}
+	e.refused.WithLabelValues(e.cfg.Name, string(code)).Inc()
+}
+
 // handshakeError answers the upgrader's own refusals in the envelope.
 func (e *Entry) handshakeError(w http.ResponseWriter, r *http.Request, status int, reason error) {
+	var err error
 	switch status {
 	case http.StatusBadRequest:
-		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeInvalidArgument, "invalid WebSocket handshake"))
+		err = httpx.Errorf(httpx.CodeInvalidArgument, "invalid WebSocket handshake")
 	case http.StatusForbidden:
-		httpx.WriteError(w, r, httpx.Errorf(httpx.CodePermissionDenied, "cross-origin WebSocket requests are not allowed"))
+		err = httpx.Errorf(httpx.CodePermissionDenied, "cross-origin WebSocket requests are not allowed")
 	case http.StatusMethodNotAllowed:
 		w.Header().Set("Allow", http.MethodGet)
-		httpx.WriteError(w, r, httpx.Errorf(httpx.CodeMethodNotAllowed, "method not allowed for this route"))
+		err = httpx.Errorf(httpx.CodeMethodNotAllowed, "method not allowed for this route")
 	default:
-		httpx.WriteError(w, r, fmt.Errorf("wsx: upgrade: %w", reason))
+		err = fmt.Errorf("wsx: upgrade: %w", reason)
 	}
+	e.countRefused(err)
+	httpx.WriteError(w, r, err)
 }
 
 // openConns returns the number of slots taken.

@@ -58,6 +58,12 @@ func (m *Module) Audit(ctx context.Context, tx *sql.Tx, r audit.Record) error {
 	return m.store.Audit(ctx, tx, r)
 }
 
+// QueueNamespaces returns the namespace of up to limit queues, keyed by
+// queue id, read through q (see the package function).
+func (m *Module) QueueNamespaces(ctx context.Context, q auth.Querier, limit int) (map[string]string, error) {
+	return QueueNamespaces(ctx, q, limit)
+}
+
 // Routes mounts GET /v1/credential and GET /v1/queues.
 func (m *Module) Routes(r *mux.Router) {
 	r.Handle("/v1/credential", auth.Require(m, "", http.HandlerFunc(m.getCredential))).Methods(http.MethodGet)

@@ -548,3 +548,26 @@ var (
 	_ auth.Authenticator = (*Store)(nil)
 	_ audit.Writer       = (*Store)(nil)
 )
+
+// QueueNamespaces returns the namespace of every queue, keyed by queue id,
+// for the metrics that label a queue with its namespace: at most limit
+// queues, in id order, read through the primary key in one statement.
+func QueueNamespaces(ctx context.Context, q auth.Querier, limit int) (map[string]string, error) {
+	rows, err := q.QueryContext(ctx, `SELECT id, namespace_id FROM queues ORDER BY id LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("admin: list queues: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var id, ns string
+		if err := rows.Scan(&id, &ns); err != nil {
+			return nil, fmt.Errorf("admin: list queues: %w", err)
+		}
+		out[id] = ns
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("admin: list queues: %w", err)
+	}
+	return out, nil
+}

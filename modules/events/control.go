@@ -198,10 +198,13 @@ func (s *session) controlled(f *wsx.Frame, o subscriptions.ControlOutcome, err e
 	switch f.Type {
 	case typeExtend:
 		s.extendCount.Add(1)
+		s.countOutcome(subscriptions.OutcomeExtend)
 	case typeNack:
 		s.nackCount.Add(1)
+		s.countOutcome(subscriptions.OutcomeNack)
 	case typeReject:
 		s.rejectCount.Add(1)
+		s.countOutcome(subscriptions.OutcomeReject)
 	}
 	if o.Released {
 		s.signalFreed()

@@ -96,6 +96,9 @@ type Deliveries interface {
 	// MaterializeSoon wakes the background materialiser, after ACKs made
 	// room in backlogs that were full.
 	MaterializeSoon()
+	// DeliveryOutcome counts committed delivery outcomes
+	// (orbit_deliveries_total).
+	DeliveryOutcome(subscriptionID, namespaceID, outcome string, n int)
 }
 
 var _ Deliveries = (*subscriptions.Module)(nil)
@@ -113,6 +116,7 @@ type Module struct {
 	// controls records extensions, NACKs and rejects as acks records ACKs.
 	controls *batch.Batcher[*controlRequest]
 	logger   *slog.Logger
+	metrics  *eventMetrics
 }
 
 // OrbitModule returns the module's info.
@@ -181,6 +185,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.acks = newAckBatcher(s, s.MaterializeSoon)
 	m.controls = newControlBatcher(s)
 	m.pool = newClaimPool(m.cfg.ClaimsInFlight, m.cfg.ClaimsPerApp, m.cfg.ClaimsQueued, m.cfg.ClaimsPerRound)
+	m.metrics = newEventMetrics(env.Metrics, m.pool)
 	m.entry, m.Endpoint, err = wsx.NewEndpoint("events", "/v1/events/connect", m.auth, m.logger, wsx.Config{
 		Subprotocol:   subprotocol,
 		Permission:    auth.PermEventsConsume,
@@ -190,6 +195,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 		WriteTimeout:  m.cfg.WriteTimeout,
 		IdleTimeout:   m.cfg.IdleTimeout,
 		HelloTimeout:  m.cfg.HelloTimeout,
+		Metrics:       env.Metrics,
 	}, m.connect, m.waitBatches)
 	return err
 }

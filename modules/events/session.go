@@ -116,6 +116,7 @@ func (m *Module) hello(c *wsx.Conn, f *wsx.Frame, r *http.Request) (wsx.Session,
 	return &session{
 		m: m, c: c, id: id, subscription: sub, authHeader: r.Header.Get("Authorization"),
 		freed: make(chan struct{}, 1), acks: batch.NewWaiting(acksPerConnection),
+		sent: newSentLeases(2 * m.cfg.LeaseDuration),
 	}, nil
 }
 
@@ -135,6 +136,15 @@ type session struct {
 	// the extensions, NACKs and rejects recorded, for the session's close
 	// log line (O-6).
 	ackCount, extendCount, nackCount, rejectCount atomic.Int64
+	// sent times the leases sent, for orbit_delivery_ack_seconds.
+	sent *sentLeases
+}
+
+// countOutcome counts one committed outcome of a delivery of the
+// session's subscription (subscriptions.OutcomeAck, …) in
+// orbit_deliveries_total.
+func (s *session) countOutcome(outcome string) {
+	s.m.subs.DeliveryOutcome(s.subscription.ID, s.subscription.NamespaceID, outcome, 1)
 }
 
 // Counts returns what the session's consumer had recorded, for its close
@@ -339,6 +349,10 @@ func (s *session) acked(f *wsx.Frame, res subscriptions.AckResult, err error) {
 	}
 	if !res.Deduplicated {
 		s.ackCount.Add(1)
+		s.countOutcome(subscriptions.OutcomeAck)
+		if d, ok := s.sent.acked(res.DeliveryID, time.Now()); ok {
+			s.m.metrics.ackSeconds.Observe(d.Seconds())
+		}
 		s.signalFreed()
 	}
 	s.c.Reply(f, typeReply, res)
@@ -424,7 +438,14 @@ func (s *session) Dispatch() {
 // when the connection is closing.
 func (s *session) deliver(l *subscriptions.Lease) bool {
 	body := deliverBody{Delivery: l.Delivery.View(), Event: l.Event, LeaseSecret: l.Secret}
-	return s.c.SendLease(typeDeliver, body, func(err error) { s.deliveryUnsent(l, err) })
+	sent := true
+	open := s.c.SendLease(typeDeliver, body, func(err error) { sent = false; s.deliveryUnsent(l, err) })
+	if sent {
+		now := time.Now()
+		s.sent.sent(l.Delivery.ID, now)
+		s.m.metrics.delivered(l, now)
+	}
+	return open
 }
 
 // deliveryUnsent gives back the lease of l, whose event.deliver was not
@@ -456,6 +477,7 @@ func (s *session) claim(ctx context.Context, app string, materialize bool) ([]su
 		return nil, err
 	}
 	defer release()
+	defer func(start time.Time) { s.m.metrics.claimSeconds.Observe(time.Since(start).Seconds()) }(time.Now())
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
 	if materialize {

@@ -128,6 +128,7 @@ func recoverLeases(ctx context.Context, tx *sql.Tx, subscriptionIDs []string, ba
 	}
 	var toPending []expiredLease
 	var toExpired []any
+	expiredBySubscription := map[string]int{}
 	for rows.Next() {
 		var l expiredLease
 		var exhausted bool
@@ -135,6 +136,7 @@ func recoverLeases(ctx context.Context, tx *sql.Tx, subscriptionIDs []string, ba
 			rows.Close()
 			return 0, err
 		}
+		expiredBySubscription[l.subscriptionID]++
 		if exhausted {
 			toExpired = append(toExpired, l.id)
 		} else {
@@ -179,6 +181,7 @@ func recoverLeases(ctx context.Context, tx *sql.Tx, subscriptionIDs []string, ba
 			return 0, err
 		}
 	}
+	leaseExpiredOnCommit(ctx, tx, expiredBySubscription)
 	return len(toPending) + len(toExpired), nil
 }
 

@@ -37,7 +37,16 @@ func (m *Module) DeliveryMaterialize(ctx context.Context, subscriptionID string)
 
 // DeliveryClaim leases deliveries for one event connection.
 func (m *Module) DeliveryClaim(ctx context.Context, p *DeliveryClaimParams) ([]Lease, error) {
-	return DeliveryClaim(ctx, m.db, m.log, m.auth, p)
+	return DeliveryClaim(withMetrics(ctx, m.metrics), m.db, m.log, m.auth, p)
+}
+
+// DeliveryOutcome counts n outcomes (OutcomeAck, OutcomeNack,
+// OutcomeReject, OutcomeExtend; lease expiries are counted by the store
+// itself) of a subscription in orbit_deliveries_total. Call it once the
+// outcome is committed. namespaceID may be "" when the caller does not
+// know it.
+func (m *Module) DeliveryOutcome(subscriptionID, namespaceID, outcome string, n int) {
+	m.metrics.count(context.Background(), subscriptionID, namespaceID, outcome, n)
 }
 
 // DeliveryAckBatch records ACKs in one transaction.

@@ -90,6 +90,10 @@ type Module struct {
 	// purge asks the purger of deleted subscriptions' deliveries to run.
 	purge wake.Broadcast
 
+	// metrics counts delivery outcomes and refreshes the subscription
+	// gauges.
+	metrics *deliveryMetrics
+
 	loops bg.Group
 }
 
@@ -142,6 +146,8 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 		return fmt.Errorf("subscriptions: %w", err)
 	}
 	m.logger = env.Logger.With("module", "subscriptions")
+	m.metrics = newDeliveryMetrics(env.Metrics, env.DB, log, m.cfg.NoConsumerAfter)
+	env.Metrics.Refresh(m.metrics)
 	return nil
 }
 
@@ -216,7 +222,7 @@ func (m *Module) purgeLoop(ctx context.Context) {
 // with the same transitions a claim applies (S-22).
 func (m *Module) recoverExpired(ctx context.Context) {
 	for ctx.Err() == nil {
-		n, err := DeliveryRecover(ctx, m.db, "", m.cfg.RecoverBatch)
+		n, err := DeliveryRecover(withMetrics(ctx, m.metrics), m.db, "", m.cfg.RecoverBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				m.logger.Warn("recover delivery leases", "err", err)

@@ -82,6 +82,7 @@ func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return 0, nil, err
 			}
+			db.OnCommit(tx, func() { m.store.metrics.submittedTask(t) })
 			return http.StatusCreated, taskReceipt{Task: t.view(false)}, nil
 		}, nil
 	})
@@ -224,10 +225,11 @@ func (m *Module) cancel(w http.ResponseWriter, r *http.Request) {
 			return nil, err
 		}
 		return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-			after, _, err := TaskCancel(ctx, tx, t.ID, reason)
+			after, ev, err := TaskCancel(ctx, tx, t.ID, reason)
 			if err != nil {
 				return 0, nil, err
 			}
+			db.OnCommit(tx, func() { m.store.metrics.appended(ev) })
 			if err := m.audit.Audit(ctx, tx, audit.Record{
 				NamespaceID: p.NamespaceID, CredentialID: p.CredentialID, Action: "task.cancel", SubjectID: t.ID, Reason: reason,
 			}); err != nil {
@@ -282,13 +284,14 @@ func (m *Module) review(w http.ResponseWriter, r *http.Request) {
 			return nil, err
 		}
 		return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-			after, _, err := TaskReview(ctx, tx, &TaskReviewParams{
+			after, ev, err := TaskReview(ctx, tx, &TaskReviewParams{
 				ID: t.ID, ExpectedRevision: uint64(*req.ExpectedRevision), Resolution: *req.Resolution,
 				Reason: *req.Reason, Result: result,
 			})
 			if err != nil {
 				return 0, nil, err
 			}
+			db.OnCommit(tx, func() { m.store.metrics.appended(ev) })
 			if err := m.audit.Audit(ctx, tx, audit.Record{
 				NamespaceID: p.NamespaceID, CredentialID: p.CredentialID, Action: "task.review." + *req.Resolution, SubjectID: t.ID, Reason: *req.Reason,
 			}); err != nil {

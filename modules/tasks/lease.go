@@ -601,6 +601,7 @@ func (s *Store) attemptRecover(ctx context.Context, batch int) ([]Event, error) 
 	if err != nil {
 		return nil, fmt.Errorf("tasks: expire leases: %w", err)
 	}
+	s.metrics.leaseExpired(events)
 	announced := make([]*Event, len(events))
 	for i := range events {
 		announced[i] = &events[i]

@@ -158,4 +158,8 @@ type Event struct {
 	OccurredAt        string          `json:"occurred_at"`
 	Details           json.RawMessage `json:"details"`
 	Snapshot          json.RawMessage `json:"snapshot"`
+
+	// queueID and namespaceID label the metrics of an event appended by
+	// this node; they are not part of the wire form.
+	queueID, namespaceID string
 }

@@ -54,7 +54,7 @@ func appendEvent(ctx context.Context, tx *sql.Tx, t *Task, eventType string, det
 	ev := Event{
 		ID: db.NewID(), Sequence: httpx.Uint64(seq), Type: eventType, AggregateKind: "task",
 		AggregateID: t.ID, AggregateRevision: httpx.Uint64(t.Revision), OccurredAt: httpx.FormatTime(now),
-		Details: detailsJSON, Snapshot: snapshot,
+		Details: detailsJSON, Snapshot: snapshot, queueID: t.QueueID, namespaceID: t.NamespaceID,
 	}
 	if _, err := tx.ExecContext(ctx, `
 		INSERT INTO result_events (queue_id, sequence, id, type, task_id, task_revision, occurred_at, details, snapshot)

@@ -28,6 +28,10 @@ type Store struct {
 	Backoff func(attempts int) time.Duration
 
 	appended, submitted, cancelRequested wake.Broadcast
+
+	// metrics counts what the store's committed changes did; nil counts
+	// nothing.
+	metrics *taskMetrics
 }
 
 // NewStore returns a Store with exponential retry backoff between min and
@@ -61,8 +65,10 @@ func (s *Store) CancelRequested() <-chan struct{} { return s.cancelRequested.C()
 
 // announce wakes the waiters of what the events of a committed transaction
 // changed: every event appends, and task.requeued makes its task PENDING.
-// It is called after the COMMIT, never inside the transaction.
+// It is called after the COMMIT, never inside the transaction, and also
+// counts the results among events.
 func (s *Store) announce(events ...*Event) {
+	s.metrics.appended(events...)
 	appended, requeued := false, false
 	for _, ev := range events {
 		if ev != nil {

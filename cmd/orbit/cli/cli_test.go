@@ -571,7 +571,7 @@ func collectKeys(node *yaml.Node, prefix string, keys map[string]bool) {
 func TestServeRefusesSchemaBehind(t *testing.T) {
 	t.Parallel()
 	cfg, pool := setup(t, testdb.NewEmpty(t))
-	_, err := orbit(t, "serve", "--config", cfg, "--listen", "127.0.0.1:0")
+	_, err := orbit(t, "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
 	if err == nil {
 		t.Fatal("serve started on an empty database")
 	}
@@ -621,7 +621,7 @@ func TestServeMigratesServesAndStops(t *testing.T) {
 	w := &listenWatcher{addr: make(chan string, 1)}
 	done := make(chan error, 1)
 	go func() {
-		_, err := orbitContext(ctx, []string{"serve", "--config", cfg, "--listen", "127.0.0.1:0", "--migrate"}, w)
+		_, err := orbitContext(ctx, []string{"serve", "--config", cfg, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--migrate"}, w)
 		done <- err
 	}()
 

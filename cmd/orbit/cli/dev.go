@@ -73,8 +73,10 @@ before it starts anything. Ctrl-C stops the server and the local database.`,
 		},
 	}
 	cmd.Flags().String("listen", config.DefaultListen, "listen address host:port (server.listen)")
+	cmd.Flags().String("metrics-listen", config.DefaultMetricsListen, "address host:port of GET /metrics, empty to disable (server.metrics_listen)")
 	cmd.Flags().StringVar(&stateDir, "state-dir", devStateDir, "directory for the local database and dev credentials")
 	app.flagKeys["server.listen"] = "listen"
+	app.flagKeys["server.metrics_listen"] = "metrics-listen"
 	return cmd
 }
 
@@ -87,6 +89,13 @@ func (app *App) dev(ctx context.Context, cmd *cobra.Command, cfg *config.Config,
 		return err
 	}
 	defer ln.Close()
+	mln, err := devMetricsListener(cmd, cfg)
+	if err != nil {
+		return err
+	}
+	if mln != nil {
+		defer mln.Close()
+	}
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return fmt.Errorf("--state-dir: %w", err)
 	}
@@ -147,7 +156,30 @@ func (app *App) dev(ctx context.Context, cmd *cobra.Command, cfg *config.Config,
 	fmt.Fprintf(out, "dev credentials: %s\n", credPath)
 	fmt.Fprintf(out, "try:  TOKEN=$(sed -n 's/.*\"token\": \"\\(.*\\)\".*/\\1/p' %s)\n", credPath)
 	fmt.Fprintf(out, "      curl -s -H \"Authorization: Bearer $TOKEN\" %s/v1/credential\n", cfg.Server.URL())
-	return app.serve(ctx, cmd, cfg, ln)
+	return app.serve(ctx, cmd, cfg, ln, mln)
+}
+
+// devMetricsListener binds server.metrics_listen for orbit dev. A newcomer
+// may well have something on 9090 already (another Prometheus exporter):
+// when the default address is taken, orbit dev serves metrics on a free
+// loopback port instead and says so, rather than refusing to start. An
+// address the user chose is bound as orbit serve binds it, failing when
+// taken.
+func devMetricsListener(cmd *cobra.Command, cfg *config.Config) (net.Listener, error) {
+	if cfg.Server.MetricsListen == "" {
+		return nil, nil
+	}
+	ln, err := listenMetrics(cfg)
+	if err == nil || cfg.Server.MetricsListen != config.DefaultMetricsListen {
+		return ln, err
+	}
+	ln, ferr := net.Listen("tcp", "127.0.0.1:0")
+	if ferr != nil {
+		return nil, err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "metrics address %s is taken: serving metrics on %s instead (set --metrics-listen to choose)\n",
+		config.DefaultMetricsListen, ln.Addr())
+	return ln, nil
 }
 
 // rememberedPort returns the port in path when it is free now; when it is

@@ -32,22 +32,28 @@ the server gracefully within server.shutdown_timeout.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return app.serve(ctx, cmd, cfg, nil)
+			return app.serve(ctx, cmd, cfg, nil, nil)
 		},
 	}
 	cmd.Flags().String("listen", config.DefaultListen, "listen address host:port (server.listen)")
+	cmd.Flags().String("metrics-listen", config.DefaultMetricsListen, "address host:port of GET /metrics, empty to disable (server.metrics_listen)")
 	cmd.Flags().Bool("migrate", false, "apply pending migrations before serving (database.migrate)")
 	app.flagKeys["server.listen"] = "listen"
+	app.flagKeys["server.metrics_listen"] = "metrics-listen"
 	app.flagKeys["database.migrate"] = "migrate"
 	return cmd
 }
 
 // serve runs the server until ctx is cancelled or serving fails. It serves
 // on ln, which serve closes, or, when ln is nil, on a listener of its own
-// bound once the database is ready.
-func (app *App) serve(ctx context.Context, cmd *cobra.Command, cfg *config.Config, ln net.Listener) error {
+// bound once the database is ready; likewise GET /metrics on mln or, when
+// mln is nil and server.metrics_listen is set, on a listener of its own.
+func (app *App) serve(ctx context.Context, cmd *cobra.Command, cfg *config.Config, ln, mln net.Listener) error {
 	if ln != nil {
 		defer ln.Close()
+	}
+	if mln != nil {
+		defer mln.Close()
 	}
 	logger := newLogger(cfg, cmd.ErrOrStderr())
 	pool, err := openDatabase(ctx, cfg)
@@ -79,9 +85,23 @@ func (app *App) serve(ctx context.Context, cmd *cobra.Command, cfg *config.Confi
 			return err
 		}
 	}
+	if mln == nil && cfg.Server.MetricsListen != "" {
+		if mln, err = listenMetrics(cfg); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	if err := srv.Start(ctx, ln); err != nil {
 		ln.Close()
+		if mln != nil {
+			mln.Close()
+		}
 		return err
+	}
+	if mln != nil {
+		srv.ServeMetrics(mln)
+		logger.Info("metrics on http://" + mln.Addr().String() + "/metrics")
+		fmt.Fprintf(cmd.OutOrStdout(), "metrics on http://%s/metrics\n", mln.Addr())
 	}
 	logger.Info(srv.Describe(ln.Addr().String()))
 	fmt.Fprintf(cmd.OutOrStdout(), "orbit listening on %s\n", ln.Addr())
@@ -96,6 +116,23 @@ func (app *App) serve(ctx context.Context, cmd *cobra.Command, cfg *config.Confi
 	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
 	defer cancel()
 	return errors.Join(serveErr, srv.Stop(stopCtx))
+}
+
+// listenMetrics binds server.metrics_listen. When the address is taken or
+// not allowed, the error is one line naming the address and how to choose
+// another or disable metrics.
+func listenMetrics(cfg *config.Config) (net.Listener, error) {
+	ln, err := net.Listen("tcp", cfg.Server.MetricsListen)
+	if err != nil {
+		reason := err.Error()
+		var opErr *net.OpError
+		if errors.As(err, &opErr) && opErr.Err != nil {
+			reason = opErr.Err.Error()
+		}
+		return nil, fmt.Errorf("cannot listen for metrics on %s (%s): choose another address with --metrics-listen or %s (server.metrics_listen), or set it empty to disable metrics",
+			cfg.Server.MetricsListen, reason, config.EnvName("server.metrics_listen"))
+	}
+	return ln, nil
 }
 
 // listen binds server.listen. When the address is taken or not allowed,

@@ -78,7 +78,7 @@ func TestC5_ServeTerminatesTLS(t *testing.T) {
 	w := &listenWatcher{addr: make(chan string, 1)}
 	done := make(chan error, 1)
 	go func() {
-		_, err := orbitContext(ctx, []string{"serve", "--config", cfg, "--listen", "127.0.0.1:0", "--migrate"}, w)
+		_, err := orbitContext(ctx, []string{"serve", "--config", cfg, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--migrate"}, w)
 		done <- err
 	}()
 	var addr string

@@ -17,6 +17,7 @@ import (
 
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/metrics"
 	"github.com/orbitrun/orbit/internal/migrate"
 	"github.com/orbitrun/orbit/modules"
 )
@@ -38,6 +39,12 @@ type Server struct {
 	handler http.Handler
 	http    *http.Server
 	serveCh chan error
+
+	metrics     *metrics.Registry
+	collector   *metrics.Collector
+	unobserveDB func()
+	metricsHTTP *http.Server
+	metricsDone chan struct{}
 }
 
 // Params are the inputs of New.
@@ -59,11 +66,17 @@ func New(ctx context.Context, p Params) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := &modules.Env{Config: p.Config, DB: p.DB, Logger: p.Logger}
+	reg := metrics.New()
+	node, unobserve := newNodeMetrics(reg, p.DB)
+	env := &modules.Env{Config: p.Config, DB: p.DB, Logger: p.Logger, Metrics: reg}
 	if err := host.Provision(ctx, env); err != nil {
+		unobserve()
 		return nil, err
 	}
-	s := &Server{cfg: p.Config, db: p.DB, logger: p.Logger, host: host}
+	s := &Server{
+		cfg: p.Config, db: p.DB, logger: p.Logger, host: host, metrics: reg, unobserveDB: unobserve,
+		collector: metrics.NewCollector(reg, p.DB, p.Config.Metrics.RefreshInterval, p.Logger.With("module", "metrics")),
+	}
 	r := mux.NewRouter().SkipClean(true)
 	r.NotFoundHandler = httpx.NotFound()
 	r.MethodNotAllowedHandler = httpx.MethodNotAllowed()
@@ -71,7 +84,9 @@ func New(ctx context.Context, p Params) (*Server, error) {
 	r.Handle("/readyz", http.HandlerFunc(s.readyz)).Methods(http.MethodGet)
 	host.Routes(r)
 	s.router = r
-	s.handler = httpx.Middleware(httpx.MiddlewareOptions{Logger: p.Logger, Deadline: p.Config.Server.RequestDeadline}, r)
+	s.handler = httpx.Middleware(httpx.MiddlewareOptions{
+		Logger: p.Logger, Deadline: p.Config.Server.RequestDeadline, Observe: node.observe,
+	}, r)
 	return s, nil
 }
 
@@ -106,13 +121,20 @@ func (s *Server) Routes() []Route {
 // Modules returns the IDs of the modules this server runs, in start order.
 func (s *Server) Modules() []string { return s.host.IDs() }
 
-// StartModules starts the modules' background work without listening.
-func (s *Server) StartModules(ctx context.Context) error { return s.host.Start(ctx) }
+// StartModules starts the modules' background work, and then the metrics
+// collector, without listening.
+func (s *Server) StartModules(ctx context.Context) error {
+	if err := s.host.Start(ctx); err != nil {
+		return err
+	}
+	s.collector.Start()
+	return nil
+}
 
 // Start starts the modules and then serves HTTP on ln in the background. A
 // failure to serve is reported by Wait.
 func (s *Server) Start(ctx context.Context, ln net.Listener) error {
-	if err := s.host.Start(ctx); err != nil {
+	if err := s.StartModules(ctx); err != nil {
 		return err
 	}
 	s.http = s.HTTPServer()
@@ -170,14 +192,21 @@ func (s *Server) Wait() error {
 }
 
 // Stop stops accepting requests, waits for running ones within ctx, then
-// stops the modules in reverse order. It is idempotent.
+// stops the metrics collector and the modules in reverse order, and last
+// the metrics listener. It is idempotent.
 func (s *Server) Stop(ctx context.Context) error {
-	var httpErr error
+	var httpErr, metricsErr error
 	if s.http != nil {
 		httpErr = s.http.Shutdown(ctx)
 	}
+	collectorErr := s.collector.Stop(ctx)
 	modErr := s.host.Stop(ctx)
-	return errors.Join(httpErr, modErr)
+	if s.metricsHTTP != nil {
+		metricsErr = s.metricsHTTP.Shutdown(ctx)
+		<-s.metricsDone
+	}
+	s.unobserveDB()
+	return errors.Join(httpErr, collectorErr, modErr, metricsErr)
 }
 
 type health struct {

@@ -102,6 +102,9 @@ func Start(t testing.TB, p Serve) *Process {
 		}
 	}
 	cmd.Env = append(cmd.Env, "ORBIT_MYSQL_DSN="+p.DSN)
+	// Metrics on a free port, so that processes of parallel tests never
+	// compete for 9090; p.Env may override it.
+	cmd.Env = append(cmd.Env, config.EnvName("server.metrics_listen")+"=127.0.0.1:0")
 	cmd.Env = append(cmd.Env, p.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out := &readyWriter{ready: make(chan struct{})}

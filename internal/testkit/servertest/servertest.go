@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -26,6 +27,7 @@ import (
 	"github.com/orbitrun/orbit/cmd/orbit/server"
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/metrics"
 	"github.com/orbitrun/orbit/internal/testkit/testdb"
 	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/admin"
@@ -42,7 +44,13 @@ type Server struct {
 	Instances modules.Instances
 	// Routes are every route of the server, for tests that cover each.
 	Routes []server.Route
-	logs   *lockedWriter
+	// MetricsURL is the address of GET /metrics on the server's separate
+	// metrics listener (a free loopback port, never 9090, so parallel
+	// tests never collide), or "" when an option set
+	// server.metrics_listen empty.
+	MetricsURL string
+	srv        *server.Server
+	logs       *lockedWriter
 }
 
 // Logs returns everything the server has logged so far.
@@ -67,6 +75,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 func StartOn(t testing.TB, pool *sql.DB, opts ...Option) *Server {
 	t.Helper()
 	cfg := config.Default()
+	cfg.Server.MetricsListen = "127.0.0.1:0"
 	in := modules.NewInstances()
 	for _, o := range opts {
 		o(cfg, in)
@@ -90,6 +99,15 @@ func StartOn(t testing.TB, pool *sql.DB, opts ...Option) *Server {
 	hs.Config = srv.HTTPServer()
 	hs.Listener = srv.Listener(hs.Listener)
 	hs.Start()
+	var metricsURL string
+	if cfg.Server.MetricsListen != "" {
+		mln, err := net.Listen("tcp", cfg.Server.MetricsListen)
+		if err != nil {
+			t.Fatalf("servertest: metrics listener: %v", err)
+		}
+		srv.ServeMetrics(mln)
+		metricsURL = "http://" + mln.Addr().String() + "/metrics"
+	}
 	t.Cleanup(func() {
 		hs.CloseClientConnections()
 		hs.Close()
@@ -103,8 +121,43 @@ func StartOn(t testing.TB, pool *sql.DB, opts ...Option) *Server {
 			t.Errorf("servertest: the server logged a secret (%.12s…): %s", secret, logged)
 		}
 	})
-	return &Server{URL: hs.URL, DB: pool, Config: cfg, Instances: in, Routes: srv.Routes(), logs: logs}
+	return &Server{URL: hs.URL, DB: pool, Config: cfg, Instances: in, Routes: srv.Routes(), MetricsURL: metricsURL, srv: srv, logs: logs}
 }
+
+// RefreshMetrics recomputes the server's database-backed gauges now, as
+// its background collector does every metrics.refresh_interval.
+func (s *Server) RefreshMetrics(t testing.TB) metrics.Cost {
+	t.Helper()
+	cost, err := s.srv.RefreshMetrics(context.Background())
+	if err != nil {
+		t.Fatalf("servertest: refresh metrics: %v", err)
+	}
+	return cost
+}
+
+// Scrape returns the text of GET /metrics on the metrics listener.
+func (s *Server) Scrape(t testing.TB) string {
+	t.Helper()
+	if s.MetricsURL == "" {
+		t.Fatal("servertest: metrics are disabled on this server")
+	}
+	resp, err := http.Get(s.MetricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("servertest: GET /metrics: %d: %s", resp.StatusCode, body)
+	}
+	return string(body)
+}
+
+// Metrics returns the server's registry, for tests that gather it.
+func (s *Server) Metrics() *metrics.Registry { return s.srv.Metrics() }
 
 // Credential is a credential made for a test.
 type Credential struct {
