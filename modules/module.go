@@ -22,6 +22,7 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orbitrun/orbit/config"
 )
@@ -127,6 +128,10 @@ type Env struct {
 	Config *config.Config
 	DB     *sql.DB
 	Logger *slog.Logger
+	// Tracing is the node's tracer provider, or nil when tracing is off
+	// (tracing.otlp_endpoint unset): modules make their tracers with
+	// tracing.NewTracer, which is off for nil.
+	Tracing trace.TracerProvider
 
 	host *Host
 }

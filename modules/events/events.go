@@ -14,6 +14,7 @@ import (
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/batch"
+	"github.com/orbitrun/orbit/internal/tracing"
 	"github.com/orbitrun/orbit/internal/wsx"
 	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/subscriptions"
@@ -104,6 +105,7 @@ type Module struct {
 	pool   *claimPool
 	acks   *batch.Batcher[*ackRequest]
 	logger *slog.Logger
+	tracer tracing.Tracer
 }
 
 // OrbitModule returns the module's info.
@@ -165,6 +167,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	}
 	m.auth = a
 	m.logger = env.Logger.With("module", "events")
+	m.tracer = tracing.NewTracer(env.Tracing, tracerName)
 	m.acks = newAckBatcher(s, s.MaterializeSoon)
 	m.pool = newClaimPool(m.cfg.ClaimsInFlight, m.cfg.ClaimsPerApp, m.cfg.ClaimsQueued, m.cfg.ClaimsPerRound)
 	m.entry, m.Endpoint, err = wsx.NewEndpoint("events", "/v1/events/connect", m.auth, m.logger, wsx.Config{

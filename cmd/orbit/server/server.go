@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/httpx"
@@ -46,6 +47,8 @@ type Params struct {
 	DB        *sql.DB
 	Logger    *slog.Logger
 	Instances modules.Instances
+	// Tracing is the node's tracer provider; nil means tracing is off.
+	Tracing trace.TracerProvider
 }
 
 // New provisions the modules named by cfg.Server.Modules (every server module
@@ -59,7 +62,7 @@ func New(ctx context.Context, p Params) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := &modules.Env{Config: p.Config, DB: p.DB, Logger: p.Logger}
+	env := &modules.Env{Config: p.Config, DB: p.DB, Logger: p.Logger, Tracing: p.Tracing}
 	if err := host.Provision(ctx, env); err != nil {
 		return nil, err
 	}
