@@ -93,6 +93,8 @@ type results struct {
 	opts     options
 	raw      []rawResult
 	drain    *drainResult
+	// drainTraced is the same drain with the server's tracing exporter on.
+	drainTraced *drainResult
 	rss      *rssResult
 	live     *liveResult
 	latency  []latencyResult
@@ -139,12 +141,24 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 
 	if o.runs("drain") {
 		step("backlog drain: appending %d results, then draining them with %d consumers", o.drainEvents, drainConsumers)
-		if r.drain, err = runDrain(ctx, e, o.drainEvents, 4*time.Minute); err != nil {
+		prefilled, err := runPrefill(ctx, e, o.drainEvents)
+		if err != nil {
+			return err
+		}
+		if r.drain, err = runDrain(ctx, e, "drain", o.drainEvents, prefilled, 4*time.Minute); err != nil {
 			return err
 		}
 		step("%s", r.drain.summary())
 		if len(o.only) > 0 {
 			fmt.Fprintf(os.Stderr, "%s\n%s\n%s\n", costLine(r.drain.Cost, r.drain.Events), r.drain.DBSamples, r.drain.ProfileTop)
+		}
+		step("backlog drain again, from sequence 0 of the same log, with the server's tracing exporter on")
+		if r.drainTraced, err = runTracedDrain(ctx, e, o.drainEvents, prefilled); err != nil {
+			return err
+		}
+		step("%s", r.drainTraced.summary())
+		if len(o.only) > 0 {
+			fmt.Fprintf(os.Stderr, "%s\n%s\n", costLine(r.drainTraced.Cost, r.drainTraced.Events), r.drainTraced.ProfileTop)
 		}
 	}
 
