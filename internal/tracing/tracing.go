@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -41,16 +42,29 @@ func (t Tracer) Enabled() bool { return t.t != nil }
 // context, which allocates nothing.
 var noSpan = trace.SpanFromContext(context.Background())
 
-// Start starts a span named name whose parent is the span of ctx or, when
-// parent is not zero, the remote context parent. It returns the context
-// holding the span, the span (which the caller ends) and the span's W3C
-// context, which is what to store or send on. When t is off it returns
-// ctx, a no-op span and parent unchanged, doing no work: callers set
-// attributes only when span.IsRecording().
-func (t Tracer) Start(ctx context.Context, name string, parent Context, opts ...trace.SpanStartOption) (context.Context, trace.Span, Context) {
+// Start starts a span named name of the given kind whose parent is the
+// span of ctx or, when parent is not zero, the remote context parent. It
+// returns the context holding the span, the span (which the caller ends)
+// and the span's W3C context, which is what to store or send on. When t is
+// off it returns ctx, a no-op span and parent unchanged, without
+// allocating: callers set attributes only when span.IsRecording().
+func (t Tracer) Start(ctx context.Context, name string, kind trace.SpanKind, parent Context) (context.Context, trace.Span, Context) {
 	if t.t == nil {
 		return ctx, noSpan, parent
 	}
+	return t.start(ctx, name, parent, trace.WithSpanKind(kind))
+}
+
+// StartAt is Start for a span that began at start, such as one recorded
+// after the work it covers.
+func (t Tracer) StartAt(ctx context.Context, name string, kind trace.SpanKind, parent Context, start time.Time) (context.Context, trace.Span, Context) {
+	if t.t == nil {
+		return ctx, noSpan, parent
+	}
+	return t.start(ctx, name, parent, trace.WithSpanKind(kind), trace.WithTimestamp(start))
+}
+
+func (t Tracer) start(ctx context.Context, name string, parent Context, opts ...trace.SpanStartOption) (context.Context, trace.Span, Context) {
 	ctx, span := t.t.Start(parent.ContextWith(ctx), name, opts...)
 	if c := FromSpanContext(span.SpanContext()); !c.IsZero() {
 		return ctx, span, c

@@ -390,7 +390,7 @@ func (s *session) Dispatch() {
 // is not written is given back at once (deliveryUnsent). It returns false
 // when the connection is closing.
 func (s *session) deliver(l *subscriptions.Lease) bool {
-	_, span, traceCtx := s.m.tracer.Start(s.c.Context(), spanDeliver, l.Event.Trace, trace.WithSpanKind(trace.SpanKindProducer))
+	_, span, traceCtx := s.m.tracer.Start(s.c.Context(), spanDeliver, trace.SpanKindProducer, l.Event.Trace)
 	defer span.End()
 	if span.IsRecording() {
 		span.SetAttributes(tracing.AttrDeliveryID.String(l.Delivery.ID), tracing.AttrSubscriptionID.String(s.subscription.ID),

@@ -52,7 +52,7 @@ func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 	// The task keeps the producer's trace context (O-5), or the context of
 	// this request's span when the node traces: the worker's and the
 	// consumers' spans become its descendants.
-	ctx, span, traceCtx := m.tracer.Start(r.Context(), spanSubmit, tracing.FromHeader(r.Header), trace.WithSpanKind(trace.SpanKindServer))
+	ctx, span, traceCtx := m.tracer.Start(r.Context(), spanSubmit, trace.SpanKindServer, tracing.FromHeader(r.Header))
 	defer span.End()
 	if span.IsRecording() {
 		r = r.WithContext(ctx)

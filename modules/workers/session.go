@@ -405,8 +405,7 @@ func (s *session) traceComplete(received time.Time, p *tasks.AttemptCompletePara
 	if !s.m.tracer.Enabled() {
 		return
 	}
-	_, span, _ := s.m.tracer.Start(s.c.Context(), spanComplete, o.Trace,
-		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(received))
+	_, span, _ := s.m.tracer.StartAt(s.c.Context(), spanComplete, trace.SpanKindServer, o.Trace, received)
 	span.SetAttributes(tracing.AttrTaskID.String(p.TaskID), tracing.AttrQueueID.String(s.queueID),
 		tracing.AttrAttemptID.String(p.AttemptID), tracing.AttrOutcome.String(p.Outcome), tracing.AttrSessionID.String(s.id))
 	if o.Event != nil {
@@ -552,7 +551,7 @@ func (s *session) Dispatch() {
 // is not written is given back at once (leaseUnsent). It returns false
 // when the connection is closing.
 func (s *session) sendAssign(a *tasks.Assignment) bool {
-	_, span, traceCtx := s.m.tracer.Start(s.c.Context(), spanAssign, a.Task.Trace, trace.WithSpanKind(trace.SpanKindProducer))
+	_, span, traceCtx := s.m.tracer.Start(s.c.Context(), spanAssign, trace.SpanKindProducer, a.Task.Trace)
 	defer span.End()
 	if span.IsRecording() {
 		span.SetAttributes(tracing.AttrTaskID.String(a.Task.ID), tracing.AttrQueueID.String(a.Task.QueueID),

@@ -1,0 +1,2 @@
+-- local only: stands for the file another branch adds as 000012.
+SELECT 1;
