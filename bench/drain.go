@@ -48,7 +48,7 @@ type drainResult struct {
 	PerSecond []int
 	// Traced is set for the drain with the server's tracing exporter on;
 	// Exports and ExportBytes are what the OTLP exporter sent.
-	Traced              bool
+	Traced               bool
 	Exports, ExportBytes int64
 }
 

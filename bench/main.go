@@ -95,11 +95,11 @@ type results struct {
 	drain    *drainResult
 	// drainTraced is the same drain with the server's tracing exporter on.
 	drainTraced *drainResult
-	rss      *rssResult
-	live     *liveResult
-	latency  []latencyResult
-	peerPub  *peerPublish
-	peer     []*peerResult
+	rss         *rssResult
+	live        *liveResult
+	latency     []latencyResult
+	peerPub     *peerPublish
+	peer        []*peerResult
 
 	loadStart, loadEnd string
 	runCost            cost // from the server's start to the last row
