@@ -1,6 +1,6 @@
 module github.com/orbitrun/orbit/sdk/go
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/gorilla/websocket v1.5.3
