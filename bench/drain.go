@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -111,21 +112,41 @@ func prefill(ctx context.Context, e *env, queue string, n int) error {
 	return nil
 }
 
-// runPrefill fills the drain queue's log with n results and returns how
-// long it took.
-func runPrefill(ctx context.Context, e *env, n int) (time.Duration, error) {
-	start := time.Now()
-	if err := prefill(ctx, e, "drain", n); err != nil {
-		return 0, err
+// errNackOnce is the handler result of the NACK-then-ACK drain.
+var errNackOnce = errors.New("bench: NACK the first delivery")
+
+// drainHandler returns the handler of a drain: it acknowledges every
+// delivery or, with nackFirst, NACKs the first delivery of every event
+// with delay 0 and acknowledges the second (K-2, K-15).
+func drainHandler(nackFirst bool) orbit.EventHandler {
+	return func(_ context.Context, d *orbit.Delivery) error {
+		if nackFirst && d.Proof.Epoch == 1 {
+			return orbit.Retry(errNackOnce, 0)
+		}
+		return nil
 	}
-	return time.Since(start), nil
 }
 
-// runDrain measures how fast drainConsumers consumers of a new
-// subscription named name, from sequence 0 of the drain queue's log of n
-// results, receive and acknowledge them all, under a CPU profile.
-func runDrain(ctx context.Context, e *env, name string, n int, prefilled, timeout time.Duration) (*drainResult, error) {
-	res := &drainResult{Events: n, Prefill: prefilled, PrefillRate: float64(n) / prefilled.Seconds()}
+// runDrain fills a queue's log with n results, unless prefilled says how
+// long an earlier run took to fill it, then measures how fast
+// drainConsumers consumers of one new subscription named name (from
+// sequence 0) receive and acknowledge them all, under a CPU profile. The
+// queue is "drain"; with nackFirst it is "nack" and every event is NACKed
+// once with delay 0 before it is acknowledged.
+func runDrain(ctx context.Context, e *env, name string, n int, prefilled, timeout time.Duration, nackFirst bool) (*drainResult, error) {
+	queue := "drain"
+	if nackFirst {
+		queue = "nack"
+	}
+	res := &drainResult{Events: n, Prefill: prefilled}
+	if prefilled == 0 {
+		start := time.Now()
+		if err := prefill(ctx, e, queue, n); err != nil {
+			return nil, err
+		}
+		res.Prefill = time.Since(start)
+	}
+	res.PrefillRate = float64(n) / res.Prefill.Seconds()
 
 	client, hc, err := e.newClient(4)
 	if err != nil {
@@ -157,11 +178,11 @@ func runDrain(ctx context.Context, e *env, name string, n int, prefilled, timeou
 	defer sampler.stop()
 	zero := uint64(0)
 	began := time.Now()
-	sub, err := e.subscribe(ctx, client, name, "drain", &zero, drainMaxPending)
+	sub, err := e.subscribe(ctx, client, name, queue, &zero, drainMaxPending)
 	if err != nil {
 		return nil, err
 	}
-	cs, err := e.startConsumers(ctx, []string{sub}, drainConsumers, func(context.Context, *orbit.Delivery) error { return nil })
+	cs, err := e.startConsumers(ctx, []string{sub}, drainConsumers, drainHandler(nackFirst))
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +288,7 @@ func runTracedDrain(ctx context.Context, e *env, n int, prefilled time.Duration)
 	if err := e.restartServer(ctx, traces.TracerProvider()); err != nil {
 		return nil, err
 	}
-	res, err := runDrain(ctx, e, "drain-traced", n, prefilled, 4*time.Minute)
+	res, err := runDrain(ctx, e, "drain-traced", n, prefilled, 4*time.Minute, false)
 	if err != nil {
 		return nil, err
 	}

@@ -71,7 +71,7 @@ type credential struct {
 
 // queueNames lists every queue of the run; the credential is granted all.
 func queueNames() []string {
-	names := []string{"drain", "idle"}
+	names := []string{"drain", "nack", "idle"}
 	for i := range liveQueues {
 		names = append(names, fmt.Sprintf("live-%d", i))
 	}

@@ -37,7 +37,7 @@ type options struct {
 }
 
 // rowNames are the row groups -only accepts.
-var rowNames = []string{"raw", "drain", "rss", "live", "latency", "peer"}
+var rowNames = []string{"raw", "drain", "nack", "rss", "live", "latency", "peer"}
 
 // runs reports whether the row group name is part of this run.
 func (o options) runs(name string) bool { return len(o.only) == 0 || o.only[name] }
@@ -95,6 +95,7 @@ type results struct {
 	drain    *drainResult
 	// drainTraced is the same drain with the server's tracing exporter on.
 	drainTraced *drainResult
+	nack        *drainResult // the drain with every event NACKed once
 	rss         *rssResult
 	live        *liveResult
 	latency     []latencyResult
@@ -141,11 +142,7 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 
 	if o.runs("drain") {
 		step("backlog drain: appending %d results, then draining them with %d consumers", o.drainEvents, drainConsumers)
-		prefilled, err := runPrefill(ctx, e, o.drainEvents)
-		if err != nil {
-			return err
-		}
-		if r.drain, err = runDrain(ctx, e, "drain", o.drainEvents, prefilled, 4*time.Minute); err != nil {
+		if r.drain, err = runDrain(ctx, e, "drain", o.drainEvents, 0, 4*time.Minute, false); err != nil {
 			return err
 		}
 		step("%s", r.drain.summary())
@@ -153,12 +150,22 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 			fmt.Fprintf(os.Stderr, "%s\n%s\n%s\n", costLine(r.drain.Cost, r.drain.Events), r.drain.DBSamples, r.drain.ProfileTop)
 		}
 		step("backlog drain again, from sequence 0 of the same log, with the server's tracing exporter on")
-		if r.drainTraced, err = runTracedDrain(ctx, e, o.drainEvents, prefilled); err != nil {
+		if r.drainTraced, err = runTracedDrain(ctx, e, o.drainEvents, r.drain.Prefill); err != nil {
 			return err
 		}
 		step("%s", r.drainTraced.summary())
 		if len(o.only) > 0 {
 			fmt.Fprintf(os.Stderr, "%s\n%s\n", costLine(r.drainTraced.Cost, r.drainTraced.Events), r.drainTraced.ProfileTop)
+		}
+	}
+	if o.runs("nack") {
+		step("NACK-then-ACK drain: appending %d results, then NACKing each once (delay 0) and ACKing it with %d consumers", o.drainEvents, drainConsumers)
+		if r.nack, err = runDrain(ctx, e, "nack", o.drainEvents, 0, 8*time.Minute, true); err != nil {
+			return err
+		}
+		step("NACK-then-ACK %s", r.nack.summary())
+		if len(o.only) > 0 {
+			fmt.Fprintf(os.Stderr, "%s\n", costLine(r.nack.Cost, r.nack.Events))
 		}
 	}
 

@@ -57,6 +57,10 @@ func (r *results) table() string {
 		fmt.Fprintf(w, "orbit backlog drain, tracing on\tthe same log again · a new sub from 0 · OTLP/HTTP exporter, every trace sampled\t%s delivered+ACKed/s (%.0f %% of tracing off); %s OTLP export requests, %s KiB sent\t%s\t%s\n",
 			num(dt.Rate), 100*dt.Rate/d.Rate, num(float64(dt.Exports)), num(float64(dt.ExportBytes)/1024), perItem(dt.Cost, dt.Events), cpu(dt.Cost))
 	}
+	if n := r.nack; n != nil {
+		fmt.Fprintf(w, "orbit backlog NACK-then-ACK\t%s results in log · every event NACKed once (delay 0), then ACKed · %d consumers × cap %d\t%s events NACKed+redelivered+ACKed/s\t%s\t%s\n",
+			num(float64(n.Events)), drainConsumers, consumerCapacity, num(n.Rate), perItem(n.Cost, n.Events), cpu(n.Cost))
+	}
 	l := r.live
 	p50, p95, p99, _ := l.Lat.percentiles()
 	liveNote := ""

@@ -4,15 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"net/http"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/testkit/servertest"
@@ -20,17 +15,7 @@ import (
 	orbit "github.com/orbitrun/orbit/sdk/go"
 )
 
-func TestMain(m *testing.M) {
-	code := testdb.Run(m)
-	if code == 0 {
-		http.DefaultClient.CloseIdleConnections()
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testdb.Main(m) }
 
 // eventAccess is what `orbit admin bootstrap --event-access` grants.
 var eventAccess = []string{

@@ -1,7 +1,9 @@
 -- Result-inbox receiver: the receiver's OWN database, never the platform's.
--- Two tables, 17 columns, no foreign keys, no cascading deletes.
--- `receiver init` runs this file once on an empty database; it never alters
--- or repairs existing tables.
+-- Generation 1: two tables, 17 columns. Generation 2 (K-13): the ACK intents
+-- table. No foreign keys, no cascading deletes.
+-- `receiver init` creates every table on an empty database and, on a
+-- database that holds exactly the tables of an earlier generation, creates
+-- only the tables added since; it never alters or repairs existing tables.
 
 CREATE TABLE receiver_inbox (
   consumer_name VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT '接收用途名称（RECEIVER_NAME），重启与扩容复用同一名称',
@@ -27,3 +29,15 @@ CREATE TABLE receiver_task_views (
   updated_at      DATETIME(6)     NOT NULL COMMENT '视图最后推进时间，UTC',
   PRIMARY KEY (consumer_name, queue_id, task_id)
 ) ENGINE=InnoDB COMMENT='任务结果视图：接收方只读模型，不是平台权威任务状态';
+
+-- generation 2
+CREATE TABLE receiver_ack_intents (
+  consumer_name   VARCHAR(64)     CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT '接收用途名称（RECEIVER_NAME）',
+  subscription_id CHAR(32)        CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT '交付所属订阅ID',
+  delivery_id     CHAR(32)        CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT '平台交付ID',
+  epoch           BIGINT UNSIGNED NOT NULL COMMENT '租约纪元，ACK证明的一部分',
+  lease_secret    VARCHAR(128)    CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT '租约密钥，ACK证明的一部分；只存于接收方库，绝不写入日志',
+  event_id        CHAR(32)        CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT '该交付的结果事件ID',
+  created_at      DATETIME(6)     NOT NULL COMMENT '与业务变更同事务写入的时间，UTC',
+  PRIMARY KEY (consumer_name, subscription_id, delivery_id)
+) ENGINE=InnoDB COMMENT='ACK意图：业务提交后待平台确认的ACK证明，确认后删除';

@@ -35,6 +35,9 @@ const (
 	// CodeDeliveryLeaseLost answers an event ACK whose proof is not the
 	// delivery's latest lease. A wrong secret gets the same answer.
 	CodeDeliveryLeaseLost Code = "DELIVERY_LEASE_LOST"
+	// CodeSubscriptionDeleted tells an event connection that its
+	// subscription was deleted (K-11); the connection then closes 1000.
+	CodeSubscriptionDeleted Code = "SUBSCRIPTION_DELETED"
 )
 
 // Status returns the HTTP status of the code. An unknown code is a bug in

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Query returns the URL query parameters of r (C-9). Only the allowed names
@@ -89,4 +90,28 @@ func Limit(q map[string]string) (int, error) {
 		return 0, &Error{Code: CodeInvalidArgument, Message: "query parameter \"limit\" must be an integer from 1 to 100 without sign or leading zero"}
 	}
 	return int(n), nil
+}
+
+// MaxOlderThanMS bounds the older_than_ms parameter of the stuck-work
+// reports (K-14): a year.
+const MaxOlderThanMS = 365 * 24 * 3600 * 1000
+
+// OlderThan returns the "older_than_ms" parameter of a stuck-work report
+// (K-14) from q as returned by Query: ok false when absent; otherwise a
+// canonical decimal from 0 to MaxOlderThanMS, accepted only when the
+// "state" parameter is inFlight. Anything else is a 400 INVALID_ARGUMENT
+// *Error.
+func OlderThan(q map[string]string, inFlight string) (d time.Duration, ok bool, err error) {
+	s, ok := q["older_than_ms"]
+	if !ok {
+		return 0, false, nil
+	}
+	if q["state"] != inFlight {
+		return 0, false, Errorf(CodeInvalidArgument, "older_than_ms requires state=%s", inFlight)
+	}
+	n, err := ParseUint64(s)
+	if err != nil || n > MaxOlderThanMS {
+		return 0, false, Errorf(CodeInvalidArgument, "older_than_ms must be a decimal from 0 to %d", MaxOlderThanMS)
+	}
+	return time.Duration(n) * time.Millisecond, true, nil
 }

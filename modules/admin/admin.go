@@ -1,6 +1,6 @@
 // Package admin is the identity module: namespaces, applications,
 // environments, queues, credentials, permissions, queue grants and the audit
-// log. It serves `GET /v1/credential`, provides the `orbit admin` commands,
+// log. It serves `GET /v1/credential` and `GET /v1/queues`, provides the `orbit admin` commands,
 // and offers the other modules auth.Authenticator and audit.Writer.
 package admin
 
@@ -58,9 +58,10 @@ func (m *Module) Audit(ctx context.Context, tx *sql.Tx, r audit.Record) error {
 	return m.store.Audit(ctx, tx, r)
 }
 
-// Routes mounts GET /v1/credential.
+// Routes mounts GET /v1/credential and GET /v1/queues.
 func (m *Module) Routes(r *mux.Router) {
 	r.Handle("/v1/credential", auth.Require(m, "", http.HandlerFunc(m.getCredential))).Methods(http.MethodGet)
+	r.Handle("/v1/queues", auth.Require(m, "", http.HandlerFunc(m.listQueues))).Methods(http.MethodGet)
 }
 
 // Commands returns `orbit admin`.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/hashicorp/go-multierror"
 	"github.com/spf13/cobra"
@@ -276,12 +277,25 @@ func credentialCreateCommand(open opener) *cobra.Command {
 }
 
 func credentialListCommand(open opener) *cobra.Command {
-	var namespace string
+	var namespace, output string
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List credentials (never their tokens)",
-		Args:  cobra.NoArgs,
+		Short: "List credentials: scope, permissions, queues, created and last-used times (never their tokens)",
+		Long: `Lists every credential, newest first, read from the database (no server
+needed): its id and label, the names of its namespace, application and
+environment, whether it is active or revoked, its permissions, the names of
+the queues it is granted, when it was created and when it last
+authenticated. The last-used time is recorded at most once a minute per
+credential, so it is exact to within a minute; "-" means never used.
+Tokens are never stored, so they can never be shown.
+
+Example:
+  orbit admin credential list --namespace default -o json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return fmt.Errorf("-o/--output: %q is not table or json", output)
+			}
 			env, done, err := open(cmd)
 			if err != nil {
 				return err
@@ -298,23 +312,79 @@ func credentialListCommand(open opener) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if output == "json" {
+				return printCredentialsJSON(cmd.OutOrStdout(), creds)
+			}
 			return printCredentials(cmd.OutOrStdout(), creds)
 		},
 	}
 	cmd.Flags().StringVar(&namespace, "namespace", "", "only credentials of this namespace")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
 	return cmd
 }
 
-func printCredentials(w io.Writer, creds []Credential) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAMESPACE_ID\tSTATE\tPERMISSIONS\tQUEUES\tCREATED\tLABEL")
+// credentialListView is the JSON form of a CredentialListing.
+type credentialListView struct {
+	ID            string   `json:"id"`
+	Label         string   `json:"label"`
+	NamespaceID   string   `json:"namespace_id"`
+	Namespace     string   `json:"namespace"`
+	ApplicationID string   `json:"application_id"`
+	Application   string   `json:"application"`
+	EnvironmentID string   `json:"environment_id"`
+	Environment   string   `json:"environment"`
+	State         string   `json:"state"`
+	Permissions   []string `json:"permissions"`
+	QueueIDs      []string `json:"queue_ids"`
+	Queues        []string `json:"queues"`
+	CreatedAt     string   `json:"created_at"`
+	RevokedAt     string   `json:"revoked_at,omitempty"`
+	LastUsedAt    string   `json:"last_used_at,omitempty"`
+}
+
+func (c *CredentialListing) state() string {
+	if c.RevokedAt != nil {
+		return "revoked"
+	}
+	return "active"
+}
+
+func printCredentialsJSON(w io.Writer, creds []CredentialListing) error {
+	views := make([]credentialListView, 0, len(creds))
 	for _, c := range creds {
-		state := "active"
-		if c.RevokedAt != nil {
-			state = "revoked"
+		v := credentialListView{
+			ID: c.ID, Label: c.Label, NamespaceID: c.NamespaceID, Namespace: c.Namespace,
+			ApplicationID: c.ApplicationID, Application: c.Application,
+			EnvironmentID: c.EnvironmentID, Environment: c.Environment, State: c.state(),
+			Permissions: c.Permissions, QueueIDs: c.Queues, Queues: c.QueueNames, CreatedAt: httpx.FormatTime(c.CreatedAt),
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.NamespaceID, state,
-			strings.Join(c.Permissions, ","), strings.Join(c.Queues, ","), httpx.FormatTime(c.CreatedAt), c.Label)
+		if c.RevokedAt != nil {
+			v.RevokedAt = httpx.FormatTime(*c.RevokedAt)
+		}
+		if c.LastUsedAt != nil {
+			v.LastUsedAt = httpx.FormatTime(*c.LastUsedAt)
+		}
+		views = append(views, v)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(views)
+}
+
+func printCredentials(w io.Writer, creds []CredentialListing) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tLABEL\tNAMESPACE\tAPPLICATION\tENVIRONMENT\tSTATE\tPERMISSIONS\tQUEUES\tCREATED\tLAST_USED")
+	for _, c := range creds {
+		lastUsed := "-"
+		if c.LastUsedAt != nil {
+			lastUsed = c.LastUsedAt.UTC().Format(time.RFC3339)
+		}
+		label := c.Label
+		if label == "" {
+			label = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, label, c.Namespace, c.Application, c.Environment,
+			c.state(), strings.Join(c.Permissions, ","), strings.Join(c.QueueNames, ","), c.CreatedAt.UTC().Format(time.RFC3339), lastUsed)
 	}
 	return tw.Flush()
 }

@@ -236,30 +236,54 @@ type credentialListParams struct {
 	NamespaceID string
 }
 
-// credentialList returns credentials, newest first, with their permissions and
-// grants.
-func (s *Store) credentialList(ctx context.Context, p *credentialListParams) ([]Credential, error) {
+// CredentialListing is a credential as `orbit admin credential list` shows
+// it: names besides ids, and when it was last used. It never holds the
+// token or its digest.
+type CredentialListing struct {
+	Credential
+	Namespace   string
+	Application string
+	Environment string
+	// QueueNames are the names of Queues, in the same order.
+	QueueNames []string
+	// LastUsedAt is the last authentication, to within LastUsedResolution;
+	// nil when never used.
+	LastUsedAt *time.Time
+}
+
+// credentialList returns credentials, newest first, with the names of their
+// scope, their permissions and their grants.
+func (s *Store) credentialList(ctx context.Context, p *credentialListParams) ([]CredentialListing, error) {
 	rows, err := s.db.QueryContext(ctx, `
-		SELECT c.id, c.namespace_id, c.application_id, c.environment_id, c.label, c.created_at, c.revoked_at
+		SELECT c.id, c.namespace_id, c.application_id, c.environment_id, c.label, c.created_at, c.revoked_at, c.last_used_at,
+		       n.name, a.name, e.name
 		FROM credentials c
+		JOIN namespaces n ON n.id = c.namespace_id
+		JOIN applications a ON a.id = c.application_id
+		JOIN environments e ON e.id = c.environment_id
 		WHERE (? = '' OR c.namespace_id = ?)
 		ORDER BY c.created_at DESC, c.id DESC`, p.NamespaceID, p.NamespaceID)
 	if err != nil {
 		return nil, fmt.Errorf("admin: list credentials: %w", err)
 	}
 	defer rows.Close()
-	var out []Credential
+	var out []CredentialListing
 	for rows.Next() {
 		var (
-			c       Credential
-			revoked sql.NullTime
+			c                 CredentialListing
+			revoked, lastUsed sql.NullTime
 		)
-		if err := rows.Scan(&c.ID, &c.NamespaceID, &c.ApplicationID, &c.EnvironmentID, &c.Label, &c.CreatedAt, &revoked); err != nil {
+		if err := rows.Scan(&c.ID, &c.NamespaceID, &c.ApplicationID, &c.EnvironmentID, &c.Label, &c.CreatedAt, &revoked, &lastUsed,
+			&c.Namespace, &c.Application, &c.Environment); err != nil {
 			return nil, fmt.Errorf("admin: list credentials: %w", err)
 		}
 		if revoked.Valid {
 			t := revoked.Time
 			c.RevokedAt = &t
+		}
+		if lastUsed.Valid {
+			t := lastUsed.Time
+			c.LastUsedAt = &t
 		}
 		out = append(out, c)
 	}
@@ -271,8 +295,47 @@ func (s *Store) credentialList(ctx context.Context, p *credentialListParams) ([]
 		if out[i].Permissions, out[i].Queues, err = credentialGrants(ctx, s.db, out[i].ID); err != nil {
 			return nil, err
 		}
+		if out[i].QueueNames, err = queueNames(ctx, s.db, out[i].Queues); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
+}
+
+// queueNames returns the names of the queues with the given ids, in the
+// same order; a queue that no longer exists is shown by its id.
+func queueNames(ctx context.Context, q db.Querier, ids []string) ([]string, error) {
+	names := make([]string, len(ids))
+	if len(ids) == 0 {
+		return names, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := q.QueryContext(ctx, `SELECT id, name FROM queues WHERE id IN (`+db.Placeholders(len(ids))+`)`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("admin: queue names: %w", err)
+	}
+	defer rows.Close()
+	byID := map[string]string{}
+	for rows.Next() {
+		var id, name string
+		if err := rows.Scan(&id, &name); err != nil {
+			return nil, fmt.Errorf("admin: queue names: %w", err)
+		}
+		byID[id] = name
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("admin: queue names: %w", err)
+	}
+	for i, id := range ids {
+		names[i] = id
+		if n, ok := byID[id]; ok {
+			names[i] = n
+		}
+	}
+	return names, nil
 }
 
 // scopeNames returns the names of the namespace, application and environment
@@ -308,14 +371,15 @@ func (s *Store) Authenticate(ctx context.Context, header string) (*auth.Principa
 	}
 	digest := auth.Digest(token)
 	var (
-		p       auth.Principal
-		stored  []byte
-		revoked sql.NullTime
+		p        auth.Principal
+		stored   []byte
+		revoked  sql.NullTime
+		lastUsed sql.NullTime
 	)
 	err := s.db.QueryRowContext(ctx, `
-		SELECT id, namespace_id, application_id, environment_id, token_digest, revoked_at
+		SELECT id, namespace_id, application_id, environment_id, token_digest, revoked_at, last_used_at
 		FROM credentials WHERE token_digest = ?`, digest[:]).
-		Scan(&p.CredentialID, &p.NamespaceID, &p.ApplicationID, &p.EnvironmentID, &stored, &revoked)
+		Scan(&p.CredentialID, &p.NamespaceID, &p.ApplicationID, &p.EnvironmentID, &stored, &revoked, &lastUsed)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, auth.ErrUnauthenticated
 	}
@@ -330,7 +394,33 @@ func (s *Store) Authenticate(ctx context.Context, header string) (*auth.Principa
 		return nil, err
 	}
 	p.Permissions, p.Queues = toSet(perms), toSet(queues)
+	if err := s.credentialTouch(ctx, p.CredentialID, lastUsed); err != nil {
+		return nil, err
+	}
 	return &p, nil
+}
+
+// LastUsedResolution is how stale a credential's last_used_at may be: an
+// authentication writes it only when it is older than this, so a busy
+// credential costs one UPDATE a minute, not one per request.
+const LastUsedResolution = time.Minute
+
+// credentialTouch records that a credential authenticated now, unless its
+// last_used_at (as just read) is younger than LastUsedResolution. The
+// condition is repeated in the UPDATE, so concurrent requests and nodes
+// write it about once between them.
+func (s *Store) credentialTouch(ctx context.Context, credentialID string, lastUsed sql.NullTime) error {
+	now := db.Now()
+	stale := now.Add(-LastUsedResolution)
+	if lastUsed.Valid && lastUsed.Time.After(stale) {
+		return nil
+	}
+	if _, err := s.db.ExecContext(ctx, `
+		UPDATE credentials SET last_used_at = ?
+		WHERE id = ? AND (last_used_at IS NULL OR last_used_at <= ?)`, now, credentialID, stale); err != nil {
+		return fmt.Errorf("admin: record credential use: %w", err)
+	}
+	return nil
 }
 
 // credentialGrants returns a credential's permissions and queue grants, each

@@ -331,7 +331,7 @@ func TestE3_Welcome(t *testing.T) {
 		t.Errorf("envelope session_id %q, body session_id %q", w.SessionID, c.body.SessionID)
 	}
 	wantMembers(t, "welcome body", w.Body, "session_id", "subscription_id", "capacity", "lease_duration_ms",
-		"heartbeat_interval_ms", "server_time", "enabled")
+		"heartbeat_interval_ms", "server_time", "enabled", "redelivery_horizon")
 	if c.body.SubscriptionID != sub || c.body.Capacity != 4 || !c.body.Enabled {
 		t.Errorf("welcome body %+v", c.body)
 	}

@@ -41,8 +41,11 @@ const (
 
 // Config is the `events` section.
 type Config struct {
-	// LeaseDuration is how long a delivery lease lasts (no extension in v1).
+	// LeaseDuration is how long a delivery lease lasts, and how far an
+	// event.extend without extend_ms extends it.
 	LeaseDuration time.Duration `yaml:"lease_duration"`
+	// MaxLeaseExtension bounds event.extend's extend_ms (K-1).
+	MaxLeaseExtension time.Duration `yaml:"max_lease_extension"`
 	// HeartbeatInterval is how often consumers are told to send events.ping,
 	// and how often a connection re-checks its credential on its own.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
@@ -79,10 +82,14 @@ type Deliveries interface {
 	EventSessionOpen(ctx context.Context, p *subscriptions.EventSessionOpenParams) (string, error)
 	EventSessionClose(ctx context.Context, sessionID string) error
 	SubscriptionGet(ctx context.Context, id string) (*subscriptions.Subscription, error)
+	// RedeliveryHorizon is the lowest sequence of a queue's log that can
+	// ever be delivered again (K-12).
+	RedeliveryHorizon(ctx context.Context, queueID string) (uint64, error)
 	// DeliveryMaterialize materialises one batch of the subscription's log.
 	DeliveryMaterialize(ctx context.Context, subscriptionID string) (created int, more bool, err error)
 	DeliveryClaim(ctx context.Context, p *subscriptions.DeliveryClaimParams) ([]subscriptions.Lease, error)
 	DeliveryAckBatch(ctx context.Context, acks []*subscriptions.DeliveryAckParams) ([]subscriptions.AckOutcome, error)
+	DeliveryControlBatch(ctx context.Context, requests []*subscriptions.DeliveryControlParams) ([]subscriptions.ControlOutcome, error)
 	DeliveryUnsent(ctx context.Context, l *subscriptions.Lease, delay time.Duration) (bool, error)
 	// Claimable returns a channel closed when deliveries may have become
 	// claimable on this node.
@@ -102,10 +109,12 @@ type Module struct {
 	entry *wsx.Entry
 	// Endpoint mounts the entry (Routes) and stops it (Stop).
 	wsx.Endpoint
-	pool   *claimPool
-	acks   *batch.Batcher[*ackRequest]
-	logger *slog.Logger
-	tracer tracing.Tracer
+	pool *claimPool
+	acks *batch.Batcher[*ackRequest]
+	// controls records extensions, NACKs and rejects as acks records ACKs.
+	controls *batch.Batcher[*controlRequest]
+	logger   *slog.Logger
+	tracer   tracing.Tracer
 }
 
 // OrbitModule returns the module's info.
@@ -116,7 +125,7 @@ func (*Module) OrbitModule() modules.Info {
 		Roles:    []string{"server"},
 		New: func() modules.Module {
 			return &Module{cfg: Config{
-				LeaseDuration: DefaultLeaseDuration, HeartbeatInterval: wsx.DefaultHeartbeatInterval,
+				LeaseDuration: DefaultLeaseDuration, MaxLeaseExtension: DefaultMaxLeaseExtension, HeartbeatInterval: wsx.DefaultHeartbeatInterval,
 				MaxConnections: DefaultMaxConnections, HelloTimeout: wsx.DefaultHelloTimeout,
 				IdleTimeout: wsx.DefaultIdleTimeout, WriteTimeout: wsx.DefaultWriteTimeout,
 				ReadQueue: wsx.DefaultInboundQueue, WriteQueue: wsx.DefaultOutboundQueue,
@@ -135,6 +144,10 @@ func (m *Module) Config() any { return &m.cfg }
 func (m *Module) Validate() error {
 	p := config.NewProblems("events")
 	p.Positive("lease_duration", m.cfg.LeaseDuration)
+	p.Positive("max_lease_extension", m.cfg.MaxLeaseExtension)
+	if m.cfg.MaxLeaseExtension < m.cfg.LeaseDuration {
+		p.Add("max_lease_extension", "must be at least lease_duration")
+	}
 	p.Positive("heartbeat_interval", m.cfg.HeartbeatInterval)
 	p.Positive("hello_timeout", m.cfg.HelloTimeout)
 	p.Positive("idle_timeout", m.cfg.IdleTimeout)
@@ -169,6 +182,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.logger = env.Logger.With("module", "events")
 	m.tracer = tracing.NewTracer(env.Tracing, tracerName)
 	m.acks = newAckBatcher(s, s.MaterializeSoon)
+	m.controls = newControlBatcher(s)
 	m.pool = newClaimPool(m.cfg.ClaimsInFlight, m.cfg.ClaimsPerApp, m.cfg.ClaimsQueued, m.cfg.ClaimsPerRound)
 	m.entry, m.Endpoint, err = wsx.NewEndpoint("events", "/v1/events/connect", m.auth, m.logger, wsx.Config{
 		Subprotocol:   subprotocol,
@@ -179,7 +193,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 		WriteTimeout:  m.cfg.WriteTimeout,
 		IdleTimeout:   m.cfg.IdleTimeout,
 		HelloTimeout:  m.cfg.HelloTimeout,
-	}, m.connect, m.acks.Wait)
+	}, m.connect, m.waitBatches)
 	return err
 }
 

@@ -44,6 +44,9 @@ type welcomeBody struct {
 	HeartbeatIntervalMS int64  `json:"heartbeat_interval_ms"`
 	ServerTime          string `json:"server_time"`
 	Enabled             bool   `json:"enabled"`
+	// RedeliveryHorizon is the lowest sequence that can ever be
+	// delivered to the subscription again (K-12).
+	RedeliveryHorizon httpx.Uint64 `json:"redelivery_horizon"`
 }
 
 type deliverBody struct {
@@ -83,9 +86,13 @@ func (m *Module) hello(c *wsx.Conn, f *wsx.Frame, r *http.Request) (wsx.Session,
 	if err := wsx.CheckHello("subscription_id", body.SubscriptionID, body.Capacity, maxCapacity); err != nil {
 		return nil, err
 	}
-	sub, err := m.ownedSubscription(c.Context(), c.Principal(), *body.SubscriptionID)
+	sub, err := m.ownedSubscription(c.Context(), c.Principal(), *body.SubscriptionID, auth.ErrNotFound("subscription"))
 	if err != nil {
 		return nil, err
+	}
+	horizon, err := m.subs.RedeliveryHorizon(c.Context(), sub.QueueID)
+	if err != nil {
+		return nil, httpx.Errorf(httpx.CodeUnavailable, "temporarily unavailable; reconnect")
 	}
 	// Recording the session must not be cut short by the client going
 	// away: a cancelled INSERT may still commit, and a session nobody
@@ -105,6 +112,7 @@ func (m *Module) hello(c *wsx.Conn, f *wsx.Frame, r *http.Request) (wsx.Session,
 		HeartbeatIntervalMS: m.cfg.HeartbeatInterval.Milliseconds(),
 		ServerTime:          httpx.FormatTime(db.Now()),
 		Enabled:             sub.Enabled,
+		RedeliveryHorizon:   httpx.Uint64(horizon),
 	}); err != nil {
 		// The connection ended before its welcome: the session never
 		// started, so it is closed at once.
@@ -129,14 +137,21 @@ type session struct {
 	// acks are the ACKs waiting for their batch's commit; the
 	// connection's handler ends after their answers.
 	acks *batch.Waiting
-	// ackCount counts the ACKs recorded (first time), for the session's
-	// close log line.
-	ackCount atomic.Int64
+	// ackCount counts the ACKs recorded (first time), and the other counts
+	// the extensions, NACKs and rejects recorded, for the session's close
+	// log line (O-6).
+	ackCount, extendCount, nackCount, rejectCount atomic.Int64
 }
 
-// Counts returns the ACKs the session recorded, for its close log line.
+// Counts returns what the session's consumer had recorded, for its close
+// log line.
 func (s *session) Counts() []slog.Attr {
-	return []slog.Attr{slog.Int64("acked", s.ackCount.Load())}
+	return []slog.Attr{
+		slog.Int64("acked", s.ackCount.Load()),
+		slog.Int64("extended", s.extendCount.Load()),
+		slog.Int64("nacked", s.nackCount.Load()),
+		slog.Int64("rejected", s.rejectCount.Load()),
+	}
 }
 
 // End waits for the answers of the ACKs still in a batch, then closes the
@@ -158,10 +173,11 @@ func (m *Module) closeSession(id string) {
 
 // ownedSubscription returns the subscription if p owns it and holds a grant
 // on its queue; otherwise NOT_FOUND, whether or not it exists (S-1, E-2).
-func (m *Module) ownedSubscription(ctx context.Context, p *auth.Principal, id string) (*subscriptions.Subscription, error) {
+// A subscription that does not exist (any more) is the error missing.
+func (m *Module) ownedSubscription(ctx context.Context, p *auth.Principal, id string, missing error) (*subscriptions.Subscription, error) {
 	sub, err := m.subs.SubscriptionGet(ctx, id)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, auth.ErrNotFound("subscription")
+		return nil, missing
 	}
 	if err != nil {
 		return nil, httpx.Errorf(httpx.CodeUnavailable, "temporarily unavailable; reconnect")
@@ -180,6 +196,12 @@ func (s *session) Handle(f *wsx.Frame) bool {
 		return s.ping(f)
 	case typeAck:
 		return s.ack(f)
+	case typeExtend:
+		return s.extend(f)
+	case typeNack:
+		return s.nack(f)
+	case typeReject:
+		return s.reject(f)
 	default:
 		_ = s.c.SendError(f.MessageID, httpx.Errorf(httpx.CodeInvalidArgument, "unknown frame type for a consumer: %q", f.Type))
 		return true
@@ -198,7 +220,7 @@ func (s *session) ping(f *wsx.Frame) bool {
 	}
 	sub, err := s.recheck(s.c.Context())
 	if err != nil {
-		s.c.Refuse(f.MessageID, err, "ping check failed")
+		s.refuse(f.MessageID, err, "ping check failed")
 		return false
 	}
 	s.c.Reply(f, typeReply, pingReply{ServerTime: httpx.FormatTime(db.Now()), Enabled: sub.Enabled})
@@ -215,9 +237,21 @@ func (s *session) grant() auth.Grant {
 	}
 }
 
+// refuse answers replyTo ("" for none) with err and closes the
+// connection: 1000 when the subscription was deleted (K-11), otherwise
+// as wsx.Conn.Refuse.
+func (s *session) refuse(replyTo string, err error, reason string) {
+	if errors.Is(err, subscriptions.ErrSubscriptionDeleted) {
+		s.c.Fail(replyTo, err, wsx.CloseNormal, "subscription deleted")
+		return
+	}
+	s.c.Refuse(replyTo, err, reason)
+}
+
 // recheck authenticates the connection's credential again and checks that
 // it may still consume the subscription: not revoked, still holding
-// events:consume, still owning the subscription and its queue grant. A
+// events:consume, still owning the subscription and its queue grant, and
+// the subscription not deleted (subscriptions.ErrSubscriptionDeleted). A
 // failure is an *httpx.Error, UNAVAILABLE when the database failed.
 func (s *session) recheck(ctx context.Context) (*subscriptions.Subscription, error) {
 	p, err := s.m.auth.Authenticate(ctx, s.authHeader)
@@ -226,7 +260,7 @@ func (s *session) recheck(ctx context.Context) (*subscriptions.Subscription, err
 	}
 	var sub *subscriptions.Subscription
 	if err == nil {
-		sub, err = s.m.ownedSubscription(ctx, p, s.subscription.ID)
+		sub, err = s.m.ownedSubscription(ctx, p, s.subscription.ID, subscriptions.ErrSubscriptionDeleted)
 	}
 	if err != nil {
 		var he *httpx.Error
@@ -244,7 +278,7 @@ func (s *session) recheck(ctx context.Context) (*subscriptions.Subscription, err
 func (s *session) allowed(ctx context.Context) bool {
 	if _, err := s.recheck(ctx); err != nil {
 		if ctx.Err() == nil {
-			s.c.Refuse("", err, "credential check failed")
+			s.refuse("", err, "credential check failed")
 		}
 		return false
 	}
@@ -343,6 +377,11 @@ func (s *session) Dispatch() {
 		leases, err := s.claim(ctx, app, materialize)
 		switch {
 		case err == nil, errors.Is(err, errClaimPoolFull), ctx.Err() != nil:
+		case errors.Is(err, subscriptions.ErrSubscriptionDeleted):
+			// Deleted while connected (K-11): reported, then closed
+			// normally; there is nothing to reconnect to.
+			s.c.Fail("", err, wsx.CloseNormal, "subscription deleted")
+			return
 		case errors.Is(err, subscriptions.ErrHistoryExpired):
 			// Never jump to the latest position: report and close (E-15).
 			s.c.Fail("", err, wsx.ClosePolicyViolation, "event history expired")

@@ -63,16 +63,17 @@ func (m *Module) Commands(cli modules.CLI) []*cobra.Command {
 		Short: "Apply task results exactly once to the receiver's own MySQL (result-inbox example)",
 		Long: `The result-inbox receiver: the same code as examples/result-inbox/cmd/receiver.
 
-  orbit receiver init      create receiver_inbox and receiver_task_views
+  orbit receiver init      create the receiver tables, or those a newer schema added
   orbit receiver demo      subscribe, submit and cancel a task, apply its result, pause
   orbit receiver consume   apply the results of a subscription until SIGINT/SIGTERM
+  orbit receiver prune     delete Inbox records of events below the redelivery horizon
 
 Settings come from the inbox-receiver section (receiver_dsn, receiver_name,
 subscription_id, credentials_file) and the example's environment variables,
 which take precedence: ORBIT_RECEIVER_DSN, RECEIVER_NAME, ORBIT_SUBSCRIPTION_ID,
 ORBIT_CREDENTIALS_FILE, ORBIT_URL, ORBIT_TOKEN, ORBIT_QUEUE_ID.`,
 	}
-	for _, name := range []string{"init", "demo", "consume"} {
+	for _, name := range []string{"init", "demo", "consume", "prune"} {
 		root.AddCommand(&cobra.Command{
 			Use:   name,
 			Short: "receiver " + name,
@@ -94,6 +95,8 @@ ORBIT_CREDENTIALS_FILE, ORBIT_URL, ORBIT_TOKEN, ORBIT_QUEUE_ID.`,
 					return receiver.Init(ctx, cfg, out)
 				case "demo":
 					return receiver.Demo(ctx, cfg, out, logger)
+				case "prune":
+					return receiver.Prune(ctx, cfg, out)
 				default:
 					return receiver.Consume(ctx, cfg, out, logger)
 				}

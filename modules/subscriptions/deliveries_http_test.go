@@ -186,6 +186,12 @@ func TestS18_DeliveryObject(t *testing.T) {
 			want = append(want, "lease_until")
 		case subscriptions.StateAcked:
 			want = append(want, "acknowledged_at")
+		case subscriptions.StateExpired:
+			want = append(want, "expired_reason")
+		}
+		if revision >= 3 {
+			// From the first recovery on, last_error is LEASE_EXPIRED (K-6).
+			want = append(want, "last_error")
 		}
 		m := wantMembers(t, state+" delivery", raw, want...)
 		for _, k := range []string{"sequence", "revision", "lease_epoch"} {
@@ -400,7 +406,8 @@ func TestS21_RetryAnExpiredDelivery(t *testing.T) {
 		doctest.Check(t, docPath, "subscriptions-retry-response", first.Body)
 		m := wantMembers(t, "retry receipt", first.Data, "delivery", "deduplicated")
 		wantJSON(t, "deduplicated", m["deduplicated"], `false`)
-		wantMembers(t, "retried delivery", m["delivery"], deliveryMembers...)
+		// The lease that ran out left last_error LEASE_EXPIRED (K-6).
+		wantMembers(t, "retried delivery", m["delivery"], append(slices.Clone(deliveryMembers), "last_error")...)
 		var got subscriptions.DeliveryView
 		json.Unmarshal(m["delivery"], &got)
 		if got.ID != d.ID || got.EventID != d.EventID || got.State != "PENDING" || got.Revision != 4 ||

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,14 +20,19 @@ import (
 // The delivery state machine (seed 001 §4–§6):
 //
 //	PENDING --claim--> LEASED --ack--> ACKED
-//	LEASED --lease ran out, attempts < budget--> PENDING (recovery)
-//	LEASED --lease ran out, attempts = budget--> EXPIRED (recovery)
+//	LEASED --lease ran out, attempts < budget--> PENDING (recovery, after the retry policy's delay)
+//	LEASED --lease ran out, attempts = budget--> EXPIRED ATTEMPTS_EXHAUSTED (recovery)
 //	LEASED --event.deliver never written--> PENDING, attempt given back
+//	LEASED --extend--> LEASED, later lease_until
+//	LEASED --nack, attempts < budget--> PENDING (after delay_ms or the retry policy's delay)
+//	LEASED --nack, attempts = budget--> EXPIRED ATTEMPTS_EXHAUSTED
+//	LEASED --reject--> EXPIRED REJECTED
 //	EXPIRED --manual retry--> PENDING
 //
 // Every transition bumps the revision. The latest proof (epoch and secret)
 // may still ACK after its lease ran out, from PENDING or EXPIRED, as long as
-// no new lease replaced it (E-11).
+// no new lease replaced it (E-11). A NACK or a reject ends the proof: its
+// digest is cleared, so the same proof can do nothing more (K-2, K-3).
 
 // ErrLeaseLost answers an ACK with a superseded or wrong proof.
 var ErrLeaseLost = httpx.Errorf(httpx.CodeDeliveryLeaseLost, "this proof does not hold the delivery's latest lease")
@@ -98,9 +104,13 @@ const sweepGroup = 100
 
 // recoverLeases recovers expired leases of the given subscriptions. It
 // reads only their LEASED deliveries, through the claim index: as many as
-// the connections' capacities, never the whole table.
+// the connections' capacities, never the whole table. A recovered delivery
+// keeps last_error LEASE_EXPIRED; one with attempts left becomes PENDING,
+// available after its subscription's retry policy's delay counted from
+// the moment its lease ran out (K-4), and never before now; one without
+// becomes EXPIRED with expired_reason ATTEMPTS_EXHAUSTED.
 func recoverLeases(ctx context.Context, tx *sql.Tx, subscriptionIDs []string, batch int, now time.Time) (int, error) {
-	query := `SELECT id, attempts >= attempt_budget FROM event_deliveries
+	query := `SELECT id, subscription_id, attempts, attempts >= attempt_budget, lease_until FROM event_deliveries
 		WHERE subscription_id IN (` + db.Placeholders(len(subscriptionIDs)) + `) AND state = 'LEASED' AND lease_until < ?`
 	args := make([]any, 0, len(subscriptionIDs)+2)
 	for _, id := range subscriptionIDs {
@@ -111,18 +121,24 @@ func recoverLeases(ctx context.Context, tx *sql.Tx, subscriptionIDs []string, ba
 	if err != nil {
 		return 0, err
 	}
-	var toPending, toExpired []any
+	type expiredLease struct {
+		id, subscriptionID string
+		attempts           int
+		until              time.Time
+	}
+	var toPending []expiredLease
+	var toExpired []any
 	for rows.Next() {
-		var id string
+		var l expiredLease
 		var exhausted bool
-		if err := rows.Scan(&id, &exhausted); err != nil {
+		if err := rows.Scan(&l.id, &l.subscriptionID, &l.attempts, &exhausted, &l.until); err != nil {
 			rows.Close()
 			return 0, err
 		}
 		if exhausted {
-			toExpired = append(toExpired, id)
+			toExpired = append(toExpired, l.id)
 		} else {
-			toPending = append(toPending, id)
+			toPending = append(toPending, l)
 		}
 	}
 	rows.Close()
@@ -130,19 +146,67 @@ func recoverLeases(ctx context.Context, tx *sql.Tx, subscriptionIDs []string, ba
 		return 0, err
 	}
 	if len(toPending) > 0 {
+		var ids []string
+		for _, l := range toPending {
+			ids = append(ids, l.subscriptionID)
+		}
+		policies, err := retryPolicies(ctx, tx, ids)
+		if err != nil {
+			return 0, err
+		}
+		cases := make([]any, 0, 2*len(toPending))
+		pendingIDs := make([]any, 0, len(toPending))
+		for _, l := range toPending {
+			available := l.until.Add(policies[l.subscriptionID].Delay(l.attempts))
+			if available.Before(now) {
+				available = now
+			}
+			cases = append(cases, l.id, available)
+			pendingIDs = append(pendingIDs, l.id)
+		}
 		if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'PENDING', revision = revision + 1,
-			lease_until = NULL, lease_session_id = NULL, available_at = ? WHERE id IN (`+db.Placeholders(len(toPending))+`)`,
-			append([]any{now}, toPending...)...); err != nil {
+			lease_until = NULL, lease_session_id = NULL, last_error = '`+LastErrorLeaseExpired+`',
+			available_at = CASE id`+strings.Repeat(" WHEN ? THEN ?", len(toPending))+` END
+			WHERE id IN (`+db.Placeholders(len(toPending))+`)`,
+			append(cases, pendingIDs...)...); err != nil {
 			return 0, err
 		}
 	}
 	if len(toExpired) > 0 {
 		if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'EXPIRED', revision = revision + 1,
-			lease_until = NULL, lease_session_id = NULL WHERE id IN (`+db.Placeholders(len(toExpired))+`)`, toExpired...); err != nil {
+			lease_until = NULL, lease_session_id = NULL, expired_reason = COALESCE(expired_reason, '`+ExpiredAttemptsExhausted+`'),
+			last_error = '`+LastErrorLeaseExpired+`' WHERE id IN (`+db.Placeholders(len(toExpired))+`)`, toExpired...); err != nil {
 			return 0, err
 		}
 	}
 	return len(toPending) + len(toExpired), nil
+}
+
+// retryPolicies reads the retry policies of subscriptions, by id, without
+// locking them.
+func retryPolicies(ctx context.Context, q Querier, subscriptionIDs []string) (map[string]RetryPolicy, error) {
+	slices.Sort(subscriptionIDs)
+	subscriptionIDs = slices.Compact(subscriptionIDs)
+	args := make([]any, len(subscriptionIDs))
+	for i, id := range subscriptionIDs {
+		args[i] = id
+	}
+	rows, err := q.QueryContext(ctx, `SELECT id, retry_initial_delay_ms, retry_max_delay_ms, retry_multiplier FROM subscriptions
+		WHERE id IN (`+db.Placeholders(len(args))+`)`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string]RetryPolicy, len(args))
+	for rows.Next() {
+		var id string
+		var p RetryPolicy
+		if err := rows.Scan(&id, &p.InitialDelayMS, &p.MaxDelayMS, &p.Multiplier); err != nil {
+			return nil, err
+		}
+		out[id] = p
+	}
+	return out, rows.Err()
 }
 
 // Lease is one delivery leased to an event connection, with what
@@ -200,7 +264,11 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 		}
 		var enabled bool
 		var queueID string
-		if err := tx.QueryRowContext(ctx, `SELECT enabled, queue_id FROM subscriptions WHERE id = ?`, subscriptionID).Scan(&enabled, &queueID); err != nil {
+		err = tx.QueryRowContext(ctx, `SELECT enabled, queue_id FROM subscriptions WHERE id = ?`, subscriptionID).Scan(&enabled, &queueID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrSubscriptionDeleted
+		}
+		if err != nil {
 			return err
 		}
 		if !enabled {
@@ -264,10 +332,10 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 			ids = append(ids, d.ID)
 			sequences = append(sequences, d.Sequence)
 		}
-		args := append([]any{until, p.SessionID}, digests...)
+		args := append([]any{until, p.SessionID, now}, digests...)
 		args = append(args, ids...)
 		if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'LEASED', revision = revision + 1,
-			lease_epoch = lease_epoch + 1, attempts = attempts + 1, lease_until = ?, lease_session_id = ?,
+			lease_epoch = lease_epoch + 1, attempts = attempts + 1, lease_until = ?, lease_session_id = ?, leased_at = ?,
 			lease_secret_digest = CASE id`+strings.Repeat(" WHEN ? THEN ?", len(picked))+` END
 			WHERE id IN (`+db.Placeholders(len(picked))+`)`, args...); err != nil {
 			return err
@@ -462,8 +530,11 @@ func deliveryAckBatch(ctx context.Context, pool *sql.DB, grants auth.GrantChecke
 			append([]any{now}, ackedIDs...)...); err != nil {
 			return err
 		}
+		// A replayed delivery (K-8) is acknowledged again: its record
+		// then holds the latest ACK.
 		_, err = tx.ExecContext(ctx, `INSERT INTO delivery_acks (delivery_id, subscription_id, epoch, session_id, acknowledged_at)
-			VALUES `+strings.Join(values, ", "), audit...)
+			VALUES `+strings.Join(values, ", ")+` ON DUPLICATE KEY UPDATE epoch = VALUES(epoch), session_id = VALUES(session_id),
+			acknowledged_at = VALUES(acknowledged_at)`, audit...)
 		return err
 	})
 	if err != nil {
@@ -475,7 +546,14 @@ func deliveryAckBatch(ctx context.Context, pool *sql.DB, grants auth.GrantChecke
 // proofHolds reports whether an ACK's epoch and secret are the delivery's
 // latest lease, comparing the secret's digest in constant time.
 func proofHolds(d *Delivery, p *DeliveryAckParams) bool {
-	digest := sha256.Sum256([]byte(p.Secret))
+	return proofMatches(d, p.Epoch, p.Secret)
+}
+
+// proofMatches reports whether epoch and secret are the delivery's latest
+// lease, comparing the secret's digest in constant time. A spent proof (a
+// NACK or a reject cleared the digest) matches nothing.
+func proofMatches(d *Delivery, epoch uint64, secret string) bool {
+	digest := sha256.Sum256([]byte(secret))
 	matches := len(d.LeaseDigest) == len(digest) && subtle.ConstantTimeCompare(d.LeaseDigest, digest[:]) == 1
-	return matches && d.LeaseEpoch != 0 && d.LeaseEpoch == p.Epoch
+	return matches && d.LeaseEpoch != 0 && d.LeaseEpoch == epoch
 }

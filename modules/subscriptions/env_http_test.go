@@ -42,10 +42,12 @@ var (
 )
 
 // subscriptionMembers are exactly the members of the seed's subscription
-// object (S-8).
+// object (S-8), retry_policy (K-4), the progress of K-10 and the horizon of
+// K-12.
 var subscriptionMembers = []string{
 	"id", "queue_id", "credential_id", "name", "revision", "enabled", "types",
 	"cursor_sequence", "pending_count", "max_pending", "max_attempts", "created_at", "updated_at",
+	"retry_policy", "blocked_reason", "lag", "oldest_pending_age_ms", "dead_letters", "redelivery_horizon",
 }
 
 // deliveryMembers are the members every EventDelivery has (S-18);

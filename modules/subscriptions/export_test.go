@@ -20,3 +20,6 @@ type (
 	SubscriptionCreateParams = subscriptionCreateParams
 	SubscriptionView         = subscriptionView
 )
+
+// DeliveryControlBatch records extensions, NACKs and rejects.
+var DeliveryControlBatch = deliveryControlBatch

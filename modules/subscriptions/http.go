@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/idem"
 	"github.com/orbitrun/orbit/modules/tasks"
@@ -25,6 +26,10 @@ func (m *Module) routes(r *mux.Router) {
 	r.Handle("/v1/subscriptions/{id}/deliveries", auth.Require(a, auth.PermEventsRead, http.HandlerFunc(m.listDeliveries))).Methods(http.MethodGet)
 	r.Handle("/v1/subscriptions/{id}/deliveries/{delivery_id}", auth.Require(a, auth.PermEventsRead, http.HandlerFunc(m.getDelivery))).Methods(http.MethodGet)
 	r.Handle("/v1/subscriptions/{id}/deliveries/{delivery_id}:retry", auth.Require(a, auth.PermEventsManage, http.HandlerFunc(m.retry))).Methods(http.MethodPost)
+	r.Handle("/v1/subscriptions/{id}/deliveries:retry", auth.Require(a, auth.PermEventsManage, http.HandlerFunc(m.retryBulk))).Methods(http.MethodPost)
+	r.Handle("/v1/subscriptions/{id}:replay", auth.Require(a, auth.PermEventsManage, http.HandlerFunc(m.replay))).Methods(http.MethodPost)
+	r.Handle("/v1/subscriptions/{id}:skip", auth.Require(a, auth.PermEventsManage, http.HandlerFunc(m.skip))).Methods(http.MethodPost)
+	r.Handle("/v1/subscriptions/{id}", auth.Require(a, auth.PermEventsManage, http.HandlerFunc(m.remove))).Methods(http.MethodDelete)
 }
 
 func checkReason(reason string) error {
@@ -41,6 +46,8 @@ type createRequest struct {
 	FromSequence *httpx.Uint64 `json:"from_sequence"`
 	MaxPending   *int          `json:"max_pending"`
 	MaxAttempts  *int          `json:"max_attempts"`
+	// RetryPolicy is optional; omitted means DefaultRetryPolicy (K-4).
+	RetryPolicy *retryPolicyRequest `json:"retry_policy"`
 }
 
 type subscriptionReceipt struct {
@@ -59,7 +66,11 @@ func (m *Module) create(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return 0, nil, err
 			}
-			return http.StatusCreated, subscriptionReceipt{Subscription: s.view()}, nil
+			v, err := m.view(ctx, tx, s)
+			if err != nil {
+				return 0, nil, err
+			}
+			return http.StatusCreated, subscriptionReceipt{Subscription: v}, nil
 		}, nil
 	})
 	m.wake.Notify()
@@ -98,18 +109,33 @@ func (req *createRequest) params(p *auth.Principal) (*subscriptionCreateParams, 
 		}
 		maxAttempts = *req.MaxAttempts
 	}
+	policy := DefaultRetryPolicy
+	if req.RetryPolicy != nil {
+		if policy, err = req.RetryPolicy.policy(); err != nil {
+			return nil, err
+		}
+	}
 	if !p.HasQueue(*req.QueueID) {
 		return nil, auth.ErrNotFound("queue")
 	}
 	params := &subscriptionCreateParams{
 		NamespaceID: p.NamespaceID, QueueID: *req.QueueID, CredentialID: p.CredentialID, Name: *req.Name,
-		Types: types, MaxPending: maxPending, MaxAttempts: maxAttempts,
+		Types: types, MaxPending: maxPending, MaxAttempts: maxAttempts, RetryPolicy: policy,
 	}
 	if req.FromSequence != nil {
 		from := uint64(*req.FromSequence)
 		params.FromSequence = &from
 	}
 	return params, nil
+}
+
+// view returns the wire form of s with its progress, read in q.
+func (m *Module) view(ctx context.Context, q Querier, s *Subscription) (subscriptionView, error) {
+	stats, err := subscriptionStats(ctx, q, m.log, []*Subscription{s}, db.Now(), m.cfg.NoConsumerAfter)
+	if err != nil {
+		return subscriptionView{}, err
+	}
+	return s.view(stats[s.ID]), nil
 }
 
 // loadOwned returns the subscription named in the path if the caller owns
@@ -140,7 +166,7 @@ func (m *Module) get(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return subscriptionView{}, err
 		}
-		return s.view(), nil
+		return m.view(r.Context(), m.db, s)
 	})
 }
 
@@ -170,9 +196,13 @@ func (m *Module) list(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return page, err
 		}
+		stats, err := subscriptionStats(r.Context(), m.db, m.log, rows, db.Now(), m.cfg.NoConsumerAfter)
+		if err != nil {
+			return page, err
+		}
 		return httpx.NewPage(rows, limit, binding,
 			func(s *Subscription) (time.Time, string) { return s.CreatedAt, s.ID },
-			func(s *Subscription) subscriptionView { return s.view() }), nil
+			func(s *Subscription) subscriptionView { return s.view(stats[s.ID]) }), nil
 	})
 }
 
@@ -180,6 +210,8 @@ type configureRequest struct {
 	ExpectedRevision *httpx.Uint64 `json:"expected_revision"`
 	Enabled          *bool         `json:"enabled"`
 	Reason           *string       `json:"reason"`
+	// RetryPolicy is optional; omitted keeps the current policy (K-4).
+	RetryPolicy *retryPolicyRequest `json:"retry_policy"`
 }
 
 func (m *Module) configure(w http.ResponseWriter, r *http.Request) {
@@ -195,47 +227,66 @@ func (m *Module) configure(w http.ResponseWriter, r *http.Request) {
 		if err := checkReason(*req.Reason); err != nil {
 			return nil, err
 		}
+		var policy *RetryPolicy
+		if req.RetryPolicy != nil {
+			rp, err := req.RetryPolicy.policy()
+			if err != nil {
+				return nil, err
+			}
+			policy = &rp
+		}
 		s, err := m.loadOwned(r)
 		if err != nil {
 			return nil, err
 		}
 		return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-			after, err := subscriptionConfigure(ctx, tx, &subscriptionConfigureParams{
+			after, err := subscriptionConfigure(ctx, tx, m.audit, &subscriptionConfigureParams{
 				ID: s.ID, CredentialID: p.CredentialID, ExpectedRevision: uint64(*req.ExpectedRevision),
-				Enabled: *req.Enabled, Reason: *req.Reason,
+				Enabled: *req.Enabled, RetryPolicy: policy, Reason: *req.Reason,
 			})
 			if err != nil {
 				return 0, nil, err
 			}
-			return http.StatusOK, subscriptionReceipt{Subscription: after.view()}, nil
+			v, err := m.view(ctx, tx, after)
+			if err != nil {
+				return 0, nil, err
+			}
+			return http.StatusOK, subscriptionReceipt{Subscription: v}, nil
 		}, nil
 	})
 	m.wake.Notify()
 }
 
 func (m *Module) listDeliveries(w http.ResponseWriter, r *http.Request) {
-	httpx.Read(w, r, []string{"limit", "cursor", "state"}, func(q map[string]string) (page httpx.Page[DeliveryView], err error) {
-		state := q["state"]
-		switch state {
-		case "", statePending, stateLeased, StateAcked, stateExpired:
-		default:
-			return page, httpx.Errorf(httpx.CodeInvalidArgument, "state must be PENDING, LEASED, ACKED or EXPIRED")
-		}
-		limit, err := httpx.Limit(q)
+	if _, ok := r.URL.Query()["older_than_ms"]; ok {
+		m.listStuckDeliveries(w, r)
+		return
+	}
+	httpx.Read(w, r, []string{"limit", "cursor", "state", "expired_reason"}, func(q map[string]string) (page httpx.Page[DeliveryView], err error) {
+		state, limit, s, err := m.deliveryListArgs(r, q)
 		if err != nil {
 			return page, err
 		}
-		s, err := m.loadOwned(r)
-		if err != nil {
-			return page, err
+		reason, filtered := q["expired_reason"]
+		switch {
+		case !filtered:
+		case state != stateExpired:
+			return page, httpx.Errorf(httpx.CodeInvalidArgument, "expired_reason filters EXPIRED deliveries only: add state=EXPIRED")
+		case reason != ExpiredAttemptsExhausted && reason != ExpiredRejected && reason != ExpiredSkipped:
+			return page, httpx.Errorf(httpx.CodeInvalidArgument, "expired_reason must be ATTEMPTS_EXHAUSTED, REJECTED or SKIPPED")
 		}
 		p := auth.FromContext(r.Context())
 		binding := "deliveries|" + s.ID + "|" + p.CredentialID + "|" + p.NamespaceID + "|state=" + state
+		if filtered {
+			binding += "|expired_reason=" + reason
+		}
 		after, err := httpx.CursorParam(q, binding)
 		if err != nil {
 			return page, err
 		}
-		rows, err := deliveryList(r.Context(), m.db, &deliveryListParams{SubscriptionID: s.ID, State: state, ListPage: httpx.ListPage{Limit: limit, After: after}})
+		rows, err := deliveryList(r.Context(), m.db, &deliveryListParams{
+			SubscriptionID: s.ID, State: state, ExpiredReason: reason, ListPage: httpx.ListPage{Limit: limit, After: after},
+		})
 		if err != nil {
 			return page, err
 		}
@@ -243,6 +294,42 @@ func (m *Module) listDeliveries(w http.ResponseWriter, r *http.Request) {
 			func(d *Delivery) (time.Time, string) { return d.CreatedAt, d.ID },
 			func(d *Delivery) DeliveryView { return d.View() }), nil
 	})
+}
+
+// listStuckDeliveries is the list of deliveries with older_than_ms: the
+// stuck-work report (K-14).
+func (m *Module) listStuckDeliveries(w http.ResponseWriter, r *http.Request) {
+	httpx.Read(w, r, []string{"limit", "cursor", "state", "older_than_ms"}, func(q map[string]string) (page httpx.Page[StuckDeliveryView], err error) {
+		older, _, err := httpx.OlderThan(q, stateLeased)
+		if err != nil {
+			return page, err
+		}
+		_, limit, s, err := m.deliveryListArgs(r, q)
+		if err != nil {
+			return page, err
+		}
+		return m.listStuck(r, q, s, limit, db.Now().Add(-older))
+	})
+}
+
+// deliveryListArgs checks the state and limit of a delivery list and loads
+// the caller's subscription.
+func (m *Module) deliveryListArgs(r *http.Request, q map[string]string) (string, int, *Subscription, error) {
+	state := q["state"]
+	switch state {
+	case "", statePending, stateLeased, StateAcked, stateExpired:
+	default:
+		return "", 0, nil, httpx.Errorf(httpx.CodeInvalidArgument, "state must be PENDING, LEASED, ACKED or EXPIRED")
+	}
+	limit, err := httpx.Limit(q)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	s, err := m.loadOwned(r)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	return state, limit, s, nil
 }
 
 type deliveryDetail struct {

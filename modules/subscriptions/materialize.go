@@ -26,12 +26,16 @@ const DefaultMaterializeBatch = 500
 // subscribed type becomes a delivery while the backlog is below max_pending,
 // and the cursor advances over every scanned event, matching or not. A full
 // backlog stops the scan before the event that did not fit; nothing is ever
-// skipped. A paused subscription is left as it is. It returns the number of
+// skipped. A paused subscription is left as it is; a deleted one is
+// ErrSubscriptionDeleted. It returns the number of
 // deliveries created and whether the log may hold more to scan.
 func deliveryMaterialize(ctx context.Context, pool *sql.DB, log Log, subscriptionID string, batch int) (created int, more bool, err error) {
 	err = db.Tx(ctx, pool, func(tx *sql.Tx) error {
 		created, more = 0, false
 		s, err := subscriptionLock(ctx, tx, subscriptionID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrSubscriptionDeleted
+		}
 		if err != nil {
 			return err
 		}
@@ -94,8 +98,8 @@ func deliveryMaterialize(ctx context.Context, pool *sql.DB, log Log, subscriptio
 		return nil
 	})
 	if err != nil {
-		if errors.Is(err, ErrHistoryExpired) {
-			return 0, false, ErrHistoryExpired
+		if errors.Is(err, ErrHistoryExpired) || errors.Is(err, ErrSubscriptionDeleted) {
+			return 0, false, err
 		}
 		return 0, false, fmt.Errorf("subscriptions: materialize: %w", err)
 	}

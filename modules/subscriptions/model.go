@@ -29,6 +29,15 @@ const (
 	maxReasonChars               = 1024
 )
 
+// Reasons a delivery is EXPIRED (K-6), and the last_error of a lease that
+// ran out.
+const (
+	ExpiredAttemptsExhausted = "ATTEMPTS_EXHAUSTED"
+	ExpiredRejected          = "REJECTED"
+	ExpiredSkipped           = "SKIPPED"
+	LastErrorLeaseExpired    = "LEASE_EXPIRED"
+)
+
 // Subscription is a subscription row plus its live backlog.
 type Subscription struct {
 	ID             string
@@ -44,8 +53,11 @@ type Subscription struct {
 	PendingCount int
 	MaxPending   int
 	MaxAttempts  int
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	// RetryPolicy sets available_at after a NACK without delay and after
+	// a lease expiry (K-4).
+	RetryPolicy RetryPolicy
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
 }
 
 // subscriptionView is the wire form, field for field the seed's.
@@ -61,19 +73,33 @@ type subscriptionView struct {
 	PendingCount   int          `json:"pending_count"`
 	MaxPending     int          `json:"max_pending"`
 	MaxAttempts    int          `json:"max_attempts"`
+	RetryPolicy    RetryPolicy  `json:"retry_policy"`
 	CreatedAt      string       `json:"created_at"`
 	UpdatedAt      string       `json:"updated_at"`
+	// What the subscription shows of its progress (K-10, K-12).
+	BlockedReason      *string      `json:"blocked_reason"`
+	Lag                httpx.Uint64 `json:"lag"`
+	OldestPendingAgeMS int64        `json:"oldest_pending_age_ms"`
+	DeadLetters        int          `json:"dead_letters"`
+	RedeliveryHorizon  httpx.Uint64 `json:"redelivery_horizon"`
 }
 
-// view returns the wire form of s.
-func (s *Subscription) view() subscriptionView {
-	return subscriptionView{
+// view returns the wire form of s with its progress st.
+func (s *Subscription) view(st Stats) subscriptionView {
+	v := subscriptionView{
 		ID: s.ID, QueueID: s.QueueID, CredentialID: s.CredentialID, Name: s.Name,
 		Revision: httpx.Uint64(s.Revision), Enabled: s.Enabled, Types: s.Types,
 		CursorSequence: httpx.Uint64(s.CursorSequence), PendingCount: s.PendingCount,
-		MaxPending: s.MaxPending, MaxAttempts: s.MaxAttempts,
+		MaxPending: s.MaxPending, MaxAttempts: s.MaxAttempts, RetryPolicy: s.RetryPolicy,
 		CreatedAt: httpx.FormatTime(s.CreatedAt), UpdatedAt: httpx.FormatTime(s.UpdatedAt),
+		Lag: httpx.Uint64(st.Lag), OldestPendingAgeMS: st.OldestPendingAge.Milliseconds(),
+		DeadLetters: st.DeadLetters, RedeliveryHorizon: httpx.Uint64(st.RedeliveryHorizon),
 	}
+	if st.BlockedReason != "" {
+		reason := st.BlockedReason
+		v.BlockedReason = &reason
+	}
+	return v
 }
 
 // wants reports whether the subscription receives events of type typ.
@@ -138,6 +164,13 @@ type Delivery struct {
 	Attempts       int
 	AttemptBudget  int
 	AcknowledgedAt *time.Time
+	// ExpiredReason says why an EXPIRED delivery is there; "" otherwise.
+	ExpiredReason string
+	// LastError is the last NACK or reject reason, or LEASE_EXPIRED; ""
+	// when there was none.
+	LastError string
+	// Nacks counts the NACKs received; never reset.
+	Nacks int
 }
 
 // DeliveryView is the wire form of an EventDelivery (seed 001 §4). It never
@@ -156,16 +189,24 @@ type DeliveryView struct {
 	Attempts       int          `json:"attempts"`
 	AttemptBudget  int          `json:"attempt_budget"`
 	AcknowledgedAt string       `json:"acknowledged_at,omitempty"`
+	ExpiredReason  string       `json:"expired_reason,omitempty"`
+	LastError      string       `json:"last_error,omitempty"`
+	Nacks          int          `json:"nacks,omitzero"`
 }
 
-// View returns the wire form of d. lease_until appears only while LEASED and
-// acknowledged_at only when ACKED.
+// View returns the wire form of d. lease_until appears only while LEASED,
+// acknowledged_at only when ACKED, expired_reason only when EXPIRED,
+// last_error only once there was one and nacks only once there was one, so
+// that a consumer that never NACKs sees the seed's delivery.
 func (d *Delivery) View() DeliveryView {
 	v := DeliveryView{
 		CreatedAt: httpx.FormatTime(d.CreatedAt), ID: d.ID, SubscriptionID: d.SubscriptionID,
 		EventID: d.EventID, Sequence: httpx.Uint64(d.Sequence), Revision: httpx.Uint64(d.Revision),
 		State: d.State, AvailableAt: httpx.FormatTime(d.AvailableAt), LeaseEpoch: httpx.Uint64(d.LeaseEpoch),
-		Attempts: d.Attempts, AttemptBudget: d.AttemptBudget,
+		Attempts: d.Attempts, AttemptBudget: d.AttemptBudget, LastError: d.LastError, Nacks: d.Nacks,
+	}
+	if d.State == stateExpired {
+		v.ExpiredReason = d.ExpiredReason
 	}
 	if d.State == stateLeased && d.LeaseUntil != nil {
 		v.LeaseUntil = httpx.FormatTime(*d.LeaseUntil)

@@ -3,6 +3,8 @@ package subscriptions
 import (
 	"context"
 	"time"
+
+	"github.com/orbitrun/orbit/internal/db"
 )
 
 // What the subscriptions module offers to the modules that require it or
@@ -43,6 +45,20 @@ func (m *Module) DeliveryAckBatch(ctx context.Context, acks []*DeliveryAckParams
 	return deliveryAckBatch(ctx, m.db, m.auth, acks)
 }
 
+// DeliveryControlBatch records extensions, NACKs and rejects in one
+// transaction. Deliveries a NACK made PENDING may be claimable: it wakes
+// the event connections of this node.
+func (m *Module) DeliveryControlBatch(ctx context.Context, requests []*DeliveryControlParams) ([]ControlOutcome, error) {
+	outcomes, err := deliveryControlBatch(ctx, m.db, m.auth, requests)
+	for _, o := range outcomes {
+		if o.Err == nil && o.Result.State == statePending {
+			m.claimable.Notify()
+			break
+		}
+	}
+	return outcomes, err
+}
+
 // DeliveryUnsent gives back a lease whose event.deliver was never sent.
 func (m *Module) DeliveryUnsent(ctx context.Context, l *Lease, delay time.Duration) (bool, error) {
 	return deliveryUnsent(ctx, m.db, l, delay)
@@ -61,4 +77,28 @@ func (m *Module) MaterializeSoon() { m.wake.Notify() }
 // that a live delivery holds, in the purge's transaction q.
 func (m *Module) RetentionHeld(ctx context.Context, q Querier, queueID string, from, to uint64) (uint64, error) {
 	return retentionHeld(ctx, q, queueID, from, to)
+}
+
+// SubscriptionStats returns the progress of the given subscriptions, keyed
+// by id, as their GET shows it (K-10, K-12); ids that do not exist are
+// absent. It costs a handful of index-backed statements for any number of
+// ids (see subscriptionStats), never a scan of the ACKED history: meant
+// for API reads and for a metrics collector's gauges.
+func (m *Module) SubscriptionStats(ctx context.Context, ids []string) (map[string]Stats, error) {
+	subs, err := subscriptionsGet(ctx, m.db, ids)
+	if err != nil {
+		return nil, err
+	}
+	return subscriptionStats(ctx, m.db, m.log, subs, db.Now(), m.cfg.NoConsumerAfter)
+}
+
+// RedeliveryHorizon returns the redelivery horizon of a queue's
+// subscriptions (K-12): its log's retention mark, the lowest sequence that
+// can ever be delivered again. One primary-key read.
+func (m *Module) RedeliveryHorizon(ctx context.Context, queueID string) (uint64, error) {
+	st, err := m.log.StreamGet(ctx, m.db, queueID)
+	if err != nil {
+		return 0, err
+	}
+	return st.RetentionMark, nil
 }

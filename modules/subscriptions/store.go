@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/orbitrun/orbit/internal/audit"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/modules/tasks"
@@ -16,6 +17,7 @@ type Querier = tasks.Querier
 
 const subscriptionColumns = `s.id, s.namespace_id, s.queue_id, s.credential_id, s.name, s.revision, s.enabled, s.types,
 	s.cursor_sequence, s.max_pending, s.max_attempts, s.created_at, s.updated_at,
+	s.retry_initial_delay_ms, s.retry_max_delay_ms, s.retry_multiplier,
 	(SELECT COUNT(*) FROM event_deliveries d WHERE d.subscription_id = s.id AND d.state IN ('PENDING', 'LEASED', 'EXPIRED'))`
 
 type scanner = db.Scanner
@@ -26,7 +28,8 @@ func scanSubscription(row scanner) (*Subscription, error) {
 		types string
 	)
 	err := row.Scan(&s.ID, &s.NamespaceID, &s.QueueID, &s.CredentialID, &s.Name, &s.Revision, &s.Enabled, &types,
-		&s.CursorSequence, &s.MaxPending, &s.MaxAttempts, &s.CreatedAt, &s.UpdatedAt, &s.PendingCount)
+		&s.CursorSequence, &s.MaxPending, &s.MaxAttempts, &s.CreatedAt, &s.UpdatedAt,
+		&s.RetryPolicy.InitialDelayMS, &s.RetryPolicy.MaxDelayMS, &s.RetryPolicy.Multiplier, &s.PendingCount)
 	if err != nil {
 		return nil, err
 	}
@@ -65,6 +68,7 @@ type subscriptionCreateParams struct {
 	FromSequence *uint64
 	MaxPending   int
 	MaxAttempts  int
+	RetryPolicy  RetryPolicy
 }
 
 // subscriptionCreate stores a new subscription in tx (S-4 … S-11). The
@@ -112,14 +116,15 @@ func subscriptionCreate(ctx context.Context, tx *sql.Tx, log Log, p *subscriptio
 	s := &Subscription{
 		ID: db.NewID(), NamespaceID: p.NamespaceID, QueueID: p.QueueID, CredentialID: p.CredentialID, Name: p.Name,
 		Revision: 1, Enabled: true, Types: types, CursorSequence: cursor, MaxPending: p.MaxPending,
-		MaxAttempts: p.MaxAttempts, CreatedAt: now, UpdatedAt: now,
+		MaxAttempts: p.MaxAttempts, RetryPolicy: p.RetryPolicy, CreatedAt: now, UpdatedAt: now,
 	}
 	_, err = tx.ExecContext(ctx, `
 		INSERT INTO subscriptions (id, namespace_id, queue_id, credential_id, name, revision, enabled, types,
-			cursor_sequence, max_pending, max_attempts, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?, ?, ?)`,
+			cursor_sequence, max_pending, max_attempts, retry_initial_delay_ms, retry_max_delay_ms, retry_multiplier,
+			created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		s.ID, s.NamespaceID, s.QueueID, s.CredentialID, s.Name, joinTypes(s.Types), s.CursorSequence,
-		s.MaxPending, s.MaxAttempts, now, now)
+		s.MaxPending, s.MaxAttempts, s.RetryPolicy.InitialDelayMS, s.RetryPolicy.MaxDelayMS, s.RetryPolicy.Multiplier, now, now)
 	if err != nil {
 		return nil, fmt.Errorf("subscriptions: insert: %w", err)
 	}
@@ -143,19 +148,24 @@ func subscriptionList(ctx context.Context, q Querier, p *subscriptionListParams)
 	return out, nil
 }
 
-// subscriptionConfigureParams change a subscription's enabled flag.
+// subscriptionConfigureParams change a subscription's enabled flag and,
+// when RetryPolicy is set, its retry policy.
 type subscriptionConfigureParams struct {
 	ID               string
 	CredentialID     string
 	ExpectedRevision uint64
 	Enabled          bool
+	RetryPolicy      *RetryPolicy
 	Reason           string
 }
 
-// subscriptionConfigure sets enabled in tx (S-14, S-15): every command, even
-// one that sets the same value, is an audited change that increases the
-// revision. A stale expected_revision is a STATE_CONFLICT.
-func subscriptionConfigure(ctx context.Context, tx *sql.Tx, p *subscriptionConfigureParams) (*Subscription, error) {
+// subscriptionConfigure sets enabled, and the retry policy when given, in
+// tx (S-14, S-15, K-4): every command, even one that sets the same value,
+// is an audited change that increases the revision. A stale
+// expected_revision is a STATE_CONFLICT. A change of the retry policy is
+// also written to the audit log with aud, naming the revision and the new
+// policy; the reason is in the revision's subscription_changes row.
+func subscriptionConfigure(ctx context.Context, tx *sql.Tx, aud audit.Writer, p *subscriptionConfigureParams) (*Subscription, error) {
 	s, err := subscriptionLock(ctx, tx, p.ID)
 	if err != nil {
 		return nil, err
@@ -167,9 +177,22 @@ func subscriptionConfigure(ctx context.Context, tx *sql.Tx, p *subscriptionConfi
 	s.Revision++
 	s.Enabled = p.Enabled
 	s.UpdatedAt = now
-	if _, err := tx.ExecContext(ctx, `UPDATE subscriptions SET revision = ?, enabled = ?, updated_at = ? WHERE id = ?`,
-		s.Revision, s.Enabled, now, s.ID); err != nil {
+	if p.RetryPolicy != nil {
+		s.RetryPolicy = *p.RetryPolicy
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE subscriptions SET revision = ?, enabled = ?, updated_at = ?,
+		retry_initial_delay_ms = ?, retry_max_delay_ms = ?, retry_multiplier = ? WHERE id = ?`,
+		s.Revision, s.Enabled, now, s.RetryPolicy.InitialDelayMS, s.RetryPolicy.MaxDelayMS, s.RetryPolicy.Multiplier, s.ID); err != nil {
 		return nil, fmt.Errorf("subscriptions: configure: %w", err)
+	}
+	if p.RetryPolicy != nil {
+		if err := aud.Audit(ctx, tx, audit.Record{
+			NamespaceID: s.NamespaceID, CredentialID: p.CredentialID, Action: "subscription.retry_policy", SubjectID: s.ID,
+			Reason: fmt.Sprintf("revision %d: initial_delay_ms %d, max_delay_ms %d, multiplier %g",
+				s.Revision, s.RetryPolicy.InitialDelayMS, s.RetryPolicy.MaxDelayMS, s.RetryPolicy.Multiplier),
+		}); err != nil {
+			return nil, fmt.Errorf("subscriptions: audit retry policy: %w", err)
+		}
 	}
 	if _, err := tx.ExecContext(ctx, `
 		INSERT INTO subscription_changes (id, subscription_id, credential_id, revision, enabled, reason, created_at)
@@ -180,7 +203,8 @@ func subscriptionConfigure(ctx context.Context, tx *sql.Tx, p *subscriptionConfi
 }
 
 const deliveryColumns = `id, subscription_id, queue_id, event_id, sequence, revision, state, created_at, available_at,
-	lease_epoch, lease_until, lease_secret_digest, lease_session_id, attempts, attempt_budget, acknowledged_at`
+	lease_epoch, lease_until, lease_secret_digest, lease_session_id, attempts, attempt_budget, acknowledged_at,
+	expired_reason, last_error, nacks`
 
 func scanDelivery(row scanner) (*Delivery, error) {
 	var (
@@ -188,10 +212,12 @@ func scanDelivery(row scanner) (*Delivery, error) {
 		until   sql.NullTime
 		acked   sql.NullTime
 		session sql.NullString
+		reason  sql.NullString
+		lastErr sql.NullString
 	)
 	err := row.Scan(&d.ID, &d.SubscriptionID, &d.QueueID, &d.EventID, &d.Sequence, &d.Revision, &d.State,
 		&d.CreatedAt, &d.AvailableAt, &d.LeaseEpoch, &until, &d.LeaseDigest, &session, &d.Attempts,
-		&d.AttemptBudget, &acked)
+		&d.AttemptBudget, &acked, &reason, &lastErr, &d.Nacks)
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +230,8 @@ func scanDelivery(row scanner) (*Delivery, error) {
 		d.AcknowledgedAt = &t
 	}
 	d.LeaseSession = session.String
+	d.ExpiredReason = reason.String
+	d.LastError = lastErr.String
 	return &d, nil
 }
 
@@ -218,16 +246,24 @@ func deliveryGet(ctx context.Context, q Querier, subscriptionID, id string) (*De
 }
 
 // deliveryListParams page a subscription's deliveries, newest first.
+// ExpiredReason, with State EXPIRED, keeps only the dead letters of that
+// reason (K-6).
 type deliveryListParams struct {
 	SubscriptionID string
 	State          string
+	ExpiredReason  string
 	httpx.ListPage
 }
 
 // deliveryList returns up to p.Limit+1 deliveries.
 func deliveryList(ctx context.Context, q Querier, p *deliveryListParams) ([]*Delivery, error) {
 	base := `SELECT ` + deliveryColumns + ` FROM event_deliveries WHERE subscription_id = ?`
-	rows, err := httpx.ListRows(ctx, q, scanDelivery, base, []any{p.SubscriptionID}, "", p.State, p.ListPage)
+	args := []any{p.SubscriptionID}
+	if p.ExpiredReason != "" {
+		base += ` AND expired_reason = ?`
+		args = append(args, p.ExpiredReason)
+	}
+	rows, err := httpx.ListRows(ctx, q, scanDelivery, base, args, "", p.State, p.ListPage)
 	if err != nil {
 		return nil, fmt.Errorf("subscriptions: list deliveries: %w", err)
 	}
@@ -252,7 +288,9 @@ type deliveryRetryParams struct {
 
 // deliveryRetry makes an EXPIRED delivery PENDING again with more attempts
 // (S-21). Attempts, lease epoch, event identity and the backlog slot are
-// kept; the cumulative budget may not pass 1,000,000.
+// kept; the cumulative budget may not pass 1,000,000. expired_reason is
+// cleared (it describes EXPIRED deliveries only); last_error and nacks are
+// kept, as history.
 func deliveryRetry(ctx context.Context, tx *sql.Tx, p *deliveryRetryParams) (*Delivery, error) {
 	d, err := scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM event_deliveries WHERE id = ? AND subscription_id = ? FOR UPDATE`, p.ID, p.SubscriptionID))
 	if err != nil {
@@ -276,8 +314,10 @@ func deliveryRetry(ctx context.Context, tx *sql.Tx, p *deliveryRetryParams) (*De
 	d.AttemptBudget += p.AdditionalAttempts
 	d.AvailableAt = now
 	d.LeaseUntil = nil
+	d.ExpiredReason = ""
 	if _, err := tx.ExecContext(ctx, `
-		UPDATE event_deliveries SET state = 'PENDING', revision = ?, attempt_budget = ?, available_at = ?, lease_until = NULL
+		UPDATE event_deliveries SET state = 'PENDING', revision = ?, attempt_budget = ?, available_at = ?, lease_until = NULL,
+			expired_reason = NULL
 		WHERE id = ?`, d.Revision, d.AttemptBudget, now, d.ID); err != nil {
 		return nil, fmt.Errorf("subscriptions: retry: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/orbitrun/orbit/config"
+	"github.com/orbitrun/orbit/internal/audit"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/bg"
 	"github.com/orbitrun/orbit/internal/wake"
@@ -29,6 +30,8 @@ const (
 	defaultMaterializeInterval = time.Second
 	defaultRecoverInterval     = time.Second
 	defaultRecoverBatch        = 100
+	defaultNoConsumerAfter     = 15 * time.Second
+	purgeInterval              = 10 * time.Second
 )
 
 // Config is the `subscriptions` section.
@@ -45,6 +48,10 @@ type Config struct {
 	RecoverInterval time.Duration `yaml:"recover_interval"`
 	// RecoverBatch bounds the leases one recovery transaction handles.
 	RecoverBatch int `yaml:"recover_batch"`
+	// NoConsumerAfter is how long a subscription with PENDING deliveries
+	// may have no connected consumer before it shows blocked_reason
+	// NO_CONSUMER: one heartbeat interval of the event connections.
+	NoConsumerAfter time.Duration `yaml:"no_consumer_after"`
 }
 
 // Log is what the subscriptions module needs of the tasks module: reads of
@@ -70,6 +77,7 @@ type Module struct {
 	cfg    Config
 	db     *sql.DB
 	auth   auth.Authenticator
+	audit  audit.Writer
 	log    Log
 	logger *slog.Logger
 
@@ -79,6 +87,8 @@ type Module struct {
 	// this node (materialised, recovered or retried), so event connections
 	// claim without waiting for a poll.
 	claimable wake.Broadcast
+	// purge asks the purger of deleted subscriptions' deliveries to run.
+	purge wake.Broadcast
 
 	loops bg.Group
 }
@@ -93,6 +103,7 @@ func (*Module) OrbitModule() modules.Info {
 			return &Module{cfg: Config{
 				MaterializeInterval: defaultMaterializeInterval, MaterializeBatch: DefaultMaterializeBatch,
 				RecoverInterval: defaultRecoverInterval, RecoverBatch: defaultRecoverBatch,
+				NoConsumerAfter: defaultNoConsumerAfter,
 			}}
 		},
 	}
@@ -106,6 +117,7 @@ func (m *Module) Validate() error {
 	p := config.NewProblems("subscriptions")
 	p.Positive("materialize_interval", m.cfg.MaterializeInterval)
 	p.Positive("recover_interval", m.cfg.RecoverInterval)
+	p.Positive("no_consumer_after", m.cfg.NoConsumerAfter)
 	p.AtLeastOne("materialize_batch", m.cfg.MaterializeBatch)
 	p.AtLeastOne("recover_batch", m.cfg.RecoverBatch)
 	return p.Err()
@@ -126,6 +138,9 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 		return fmt.Errorf("subscriptions: %w", err)
 	}
 	m.auth = a
+	if m.audit, err = modules.Require[audit.Writer](env, "admin"); err != nil {
+		return fmt.Errorf("subscriptions: %w", err)
+	}
 	m.logger = env.Logger.With("module", "subscriptions")
 	return nil
 }
@@ -133,10 +148,12 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 // Routes mounts the management endpoints.
 func (m *Module) Routes(r *mux.Router) { m.routes(r) }
 
-// Start runs the background materialiser and the lease sweeper until Stop.
+// Start runs the background materialiser, the lease sweeper and the
+// purger of deleted subscriptions' deliveries until Stop.
 func (m *Module) Start(context.Context) error {
 	m.loops.Go(m.materializeLoop)
 	m.loops.Go(func(ctx context.Context) { bg.Every(ctx, m.cfg.RecoverInterval, m.recoverExpired) })
+	m.loops.Go(m.purgeLoop)
 	return nil
 }
 
@@ -157,7 +174,7 @@ func (m *Module) materializeLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		appended, woken := m.log.Appended(), m.wake.C()
 		n, err := deliveryMaterializeAll(ctx, m.db, m.log, m.cfg.MaterializeBatch, func(id string, err error) {
-			if err != ErrHistoryExpired {
+			if err != ErrHistoryExpired && err != ErrSubscriptionDeleted {
 				m.logger.Warn("materialize", "subscription_id", id, "err", err)
 			}
 		})
@@ -170,6 +187,25 @@ func (m *Module) materializeLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-appended:
+		case <-woken:
+		case <-ticker.C:
+		}
+	}
+}
+
+// purgeLoop removes the deliveries of deleted subscriptions in bounded
+// batches (K-11), woken by deletions on this node and otherwise every
+// purgeInterval, for those of other nodes and for work left by a stop.
+func (m *Module) purgeLoop(ctx context.Context) {
+	ticker := time.NewTicker(purgeInterval)
+	defer ticker.Stop()
+	for ctx.Err() == nil {
+		woken := m.purge.C()
+		if _, err := deliveryPurge(ctx, m.db, DefaultPurgeBatch); err != nil && ctx.Err() == nil {
+			m.logger.Warn("purge deleted subscriptions", "err", err)
+		}
+		select {
+		case <-ctx.Done():
 		case <-woken:
 		case <-ticker.C:
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/orbitrun/orbit/internal/audit"
 	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/idem"
 	"github.com/orbitrun/orbit/internal/tracing"
@@ -133,28 +134,17 @@ func (m *Module) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (m *Module) list(w http.ResponseWriter, r *http.Request) {
+	if _, ok := r.URL.Query()["older_than_ms"]; ok {
+		m.listStuck(w, r)
+		return
+	}
 	httpx.Read(w, r, []string{"queue_id", "state", "limit", "cursor"}, func(q map[string]string) (page httpx.Page[TaskView], err error) {
-		queueID, ok := q["queue_id"]
-		if !ok {
-			return page, httpx.Errorf(httpx.CodeInvalidArgument, "query parameter queue_id is required")
-		}
-		if !httpx.ValidID(queueID) {
-			return page, httpx.Errorf(httpx.CodeInvalidArgument, "queue_id must be 32 lowercase hex characters")
-		}
-		state := q["state"]
-		switch state {
-		case "", StatePending, StateRunning, StateSucceeded, StateFailed, StateCancelled, StateNeedsReview:
-		default:
-			return page, httpx.Errorf(httpx.CodeInvalidArgument, "state must be one of PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, NEEDS_REVIEW")
-		}
-		limit, err := httpx.Limit(q)
+		queueID, limit, err := listArgs(r, q)
 		if err != nil {
 			return page, err
 		}
+		state := q["state"]
 		p := auth.FromContext(r.Context())
-		if !p.HasQueue(queueID) {
-			return page, auth.ErrNotFound("queue")
-		}
 		binding := "tasks|" + p.CredentialID + "|" + p.NamespaceID + "|queue=" + queueID + "|state=" + state
 		after, err := httpx.CursorParam(q, binding)
 		if err != nil {
@@ -168,6 +158,62 @@ func (m *Module) list(w http.ResponseWriter, r *http.Request) {
 			func(t *Task) (time.Time, string) { return t.CreatedAt, t.ID },
 			func(t *Task) TaskView { return t.view(false) }), nil
 	})
+}
+
+// listStuck is the list of tasks with older_than_ms: the stuck-work report
+// (K-14), RUNNING tasks whose attempt began at least that long ago, with
+// the worker session holding each.
+func (m *Module) listStuck(w http.ResponseWriter, r *http.Request) {
+	httpx.Read(w, r, []string{"queue_id", "state", "limit", "cursor", "older_than_ms"}, func(q map[string]string) (page httpx.Page[StuckTaskView], err error) {
+		older, _, err := httpx.OlderThan(q, StateRunning)
+		if err != nil {
+			return page, err
+		}
+		queueID, limit, err := listArgs(r, q)
+		if err != nil {
+			return page, err
+		}
+		p := auth.FromContext(r.Context())
+		binding := "tasks|" + p.CredentialID + "|" + p.NamespaceID + "|queue=" + queueID + "|state=" + StateRunning + "|older_than_ms=" + q["older_than_ms"]
+		after, err := httpx.CursorParam(q, binding)
+		if err != nil {
+			return page, err
+		}
+		rows, err := taskListStuck(r.Context(), m.store.pool(), queueID, db.Now().Add(-older), httpx.ListPage{Limit: limit, After: after})
+		if err != nil {
+			return page, err
+		}
+		return httpx.NewPage(rows, limit, binding,
+			func(t *stuckTask) (time.Time, string) { return t.CreatedAt, t.ID },
+			func(t *stuckTask) StuckTaskView {
+				return StuckTaskView{TaskView: t.view(false), LeaseSessionID: t.SessionID, LeasedAt: httpx.FormatTime(t.StartedAt)}
+			}), nil
+	})
+}
+
+// listArgs checks the queue, state and limit of a task list and the
+// caller's grant on the queue.
+func listArgs(r *http.Request, q map[string]string) (queueID string, limit int, err error) {
+	queueID, ok := q["queue_id"]
+	if !ok {
+		return "", 0, httpx.Errorf(httpx.CodeInvalidArgument, "query parameter queue_id is required")
+	}
+	if !httpx.ValidID(queueID) {
+		return "", 0, httpx.Errorf(httpx.CodeInvalidArgument, "queue_id must be 32 lowercase hex characters")
+	}
+	switch q["state"] {
+	case "", StatePending, StateRunning, StateSucceeded, StateFailed, StateCancelled, StateNeedsReview:
+	default:
+		return "", 0, httpx.Errorf(httpx.CodeInvalidArgument, "state must be one of PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, NEEDS_REVIEW")
+	}
+	limit, err = httpx.Limit(q)
+	if err != nil {
+		return "", 0, err
+	}
+	if !auth.FromContext(r.Context()).HasQueue(queueID) {
+		return "", 0, auth.ErrNotFound("queue")
+	}
+	return queueID, limit, nil
 }
 
 // cancelRequest is the body of a cancel, whose fields are all optional: an

@@ -16,6 +16,10 @@ import (
 // when none is set.
 const DefaultConsumerShutdownTimeout = 5 * time.Second
 
+// DefaultMaxLeaseExtension is EventConsumerConfig.MaxLeaseExtension when
+// none is set.
+const DefaultMaxLeaseExtension = 30 * time.Minute
+
 // defaultReplyTimeout bounds the wait for the answer to a ping or an ACK;
 // a connection that does not answer within it is considered lost.
 const defaultReplyTimeout = 10 * time.Second
@@ -36,6 +40,13 @@ type EventConsumerConfig struct {
 	// Capacity. Deliveries beyond it wait, in order, while their leases
 	// run.
 	Concurrency int
+	// MaxLeaseExtension bounds how much longer than its first lease a
+	// handler may run: while a handler runs past two thirds of its lease,
+	// the consumer extends the lease (event.extend), in total by at most
+	// this much; then the lease runs out and the handler's context is
+	// cancelled. Zero means DefaultMaxLeaseExtension; negative disables
+	// extensions.
+	MaxLeaseExtension time.Duration
 	// Backoff shapes the delays between reconnections.
 	Backoff BackoffConfig
 	// ShutdownTimeout bounds the shutdown after Run's context ends: the
@@ -55,16 +66,35 @@ type EventConsumerConfig struct {
 	// every frame of every connection. Frames carry lease secrets: never
 	// log or keep traced frames in production.
 	Trace func(dir string, frame []byte)
+	// AckIntents, when set, holds the acknowledgements the receiver
+	// committed with its business changes (K-13): they are sent first on
+	// every connection and reported back once answered. nil keeps
+	// unanswered acknowledgements in memory only.
+	AckIntents AckIntentStore
 }
 
 // EventHandler handles one delivery. It is called in its own goroutine, up
 // to Concurrency at once, possibly more than once for the same event
 // (delivery is at least once): it stores the event durably, keyed by
-// d.Event.ID, before returning nil, which acknowledges the delivery. A
-// non-nil error sends no acknowledgement: the lease runs out and the
-// server delivers the event again, with a new proof, while attempts
-// remain. Its context is cancelled when Run shuts down; a handler that
-// panics counts as one that returned an error.
+// d.Event.ID, before returning nil, which acknowledges the delivery. Its
+// result decides what the consumer tells the server:
+//
+//   - nil: ACK (event.ack).
+//   - Retry(err, after): NACK with that delay (event.nack with delay_ms):
+//     the event comes again, with a new proof, after the delay while
+//     attempts remain, and is EXPIRED otherwise.
+//   - Reject(reason): reject (event.reject): the delivery is set aside as
+//     EXPIRED (REJECTED) at once, whatever its attempts.
+//   - any other error: NACK without a delay: the subscription's retry
+//     policy decides when the event comes again (1 s, then longer, by
+//     default).
+//
+// While a handler runs past two thirds of its lease the consumer extends
+// the lease (event.extend), up to MaxLeaseExtension. Its context is
+// cancelled when Run shuts down, when an extension is refused (the lease
+// was lost: another consumer may get the event) and when the lease runs
+// out after the maximum; a handler that panics counts as one that returned
+// an error.
 type EventHandler func(ctx context.Context, d *Delivery) error
 
 // ConsumerStats are counters of an EventConsumer since it was created.
@@ -84,6 +114,11 @@ type ConsumerStats struct {
 	// HandlerErrors counts handler calls that returned an error or
 	// panicked.
 	HandlerErrors uint64
+	// Nacked and Rejected count the NACKs and rejects the server
+	// confirmed.
+	Nacked, Rejected uint64
+	// Extended counts the lease extensions the server confirmed.
+	Extended uint64
 	// Reconnects counts connections opened after the first one.
 	Reconnects uint64
 }
@@ -100,6 +135,7 @@ type EventConsumer struct {
 	replyTimeout time.Duration
 
 	delivered, acked, deduplicated, leaseLost, handlerErrors, reconnects atomic.Uint64
+	nacked, rejected, extended                                           atomic.Uint64
 }
 
 // NewEventConsumer checks cfg, fills in its defaults and returns a consumer
@@ -137,6 +173,9 @@ func NewEventConsumer(cfg EventConsumerConfig, handler EventHandler) (*EventCons
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = DefaultConsumerShutdownTimeout
 	}
+	if cfg.MaxLeaseExtension == 0 {
+		cfg.MaxLeaseExtension = DefaultMaxLeaseExtension
+	}
 	c := &EventConsumer{cfg: cfg, handler: traceEvents(handler, cfg.TracerProvider), log: cfg.Logger, replyTimeout: defaultReplyTimeout}
 	if c.log == nil {
 		c.log = slog.Default()
@@ -150,6 +189,7 @@ func (c *EventConsumer) Stats() ConsumerStats {
 	return ConsumerStats{
 		Delivered: c.delivered.Load(), Acked: c.acked.Load(), Deduplicated: c.deduplicated.Load(),
 		LeaseLost: c.leaseLost.Load(), HandlerErrors: c.handlerErrors.Load(), Reconnects: c.reconnects.Load(),
+		Nacked: c.nacked.Load(), Rejected: c.rejected.Load(), Extended: c.extended.Load(),
 	}
 }
 
@@ -157,8 +197,9 @@ func (c *EventConsumer) Stats() ConsumerStats {
 // returns nil. It connects, reconnecting with backoff and jitter after any
 // connection loss; sends events.ping every heartbeat interval of the
 // server's welcome; runs the handler for each delivery, at most
-// Concurrency at once; and acknowledges a delivery only when its handler
-// returned nil. An acknowledgement whose answer is missing when a
+// Concurrency at once; acknowledges a delivery only when its handler
+// returned nil, and NACKs or rejects it otherwise (see EventHandler); and
+// extends the leases of handlers that run long. An acknowledgement whose answer is missing when a
 // connection ends is sent again, with the same proof, first thing on the
 // next connection, until the server confirms it (possibly as
 // Deduplicated) or refuses it. DELIVERY_LEASE_LOST means that a newer lease

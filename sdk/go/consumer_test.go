@@ -2,6 +2,7 @@ package orbit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"sync"
@@ -154,11 +155,22 @@ func TestConsumerHandlerErrorMeansNoAck(t *testing.T) {
 	fc := s.accept()
 	session := idOf("4")
 	fc.welcomeEvents(session, longBeat)
-	// Capacity 1: each delivery runs after the previous handler returned,
+	// Capacity 1: each delivery runs after the previous handler returned.
+	// The failed and the panicked handler's deliveries are NACKed (K-15),
 	// so the first acknowledgement is the third delivery's.
 	fc.deliver(session, idOf("1"), 1, testEventID)
 	fc.deliver(session, idOf("2"), 1, testEventID)
 	fc.deliver(session, idOf("3"), 1, testEventID)
+	for _, id := range []string{idOf("1"), idOf("2")} {
+		nack := fc.expect(frameEventNack)
+		var body struct {
+			DeliveryID string `json:"delivery_id"`
+			Reason     string `json:"reason"`
+		}
+		if err := json.Unmarshal(nack.Body, &body); err != nil || body.DeliveryID != id || body.Reason == "" {
+			t.Fatalf("event.nack = %s, want one of %s with a reason", nack.Body, id)
+		}
+	}
 	ack := fc.expect(frameEventAck)
 	if string(ack.Body) != ackJSON(idOf("3"), 1) {
 		t.Fatalf("first event.ack = %s, want the third delivery's", ack.Body)

@@ -19,6 +19,15 @@ type eventJob struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	err    error
+
+	// The lease by this process's clock: when it ends (from its receipt
+	// and the welcome's lease duration, then from each extension), how
+	// long each extension asks for, how much was extended in all, and
+	// whether an extension waits for its answer.
+	leaseUntil time.Time
+	leaseFor   time.Duration
+	extended   time.Duration
+	extending  bool
 }
 
 // pendingAck is the latest proof of a delivery whose handler returned nil
@@ -35,6 +44,7 @@ type consumerConn struct {
 	ctx     context.Context // cancelled when the connection is dropped
 	cancel  context.CancelFunc
 	beat    *time.Ticker
+	lease   *time.Ticker // checks the leases of running handlers
 	since   time.Time
 	pinging bool
 	enabled bool
@@ -45,6 +55,7 @@ type dialOutcome struct {
 	ec         *EventConn
 	retryAfter time.Duration
 	err        error
+	intents    []AckProof // the stored ACK intents read before dialling
 }
 
 // connItem is a delivery, or the end of a connection, from its reader.
@@ -59,6 +70,23 @@ type ackOutcome struct {
 	conn  *consumerConn
 	proof AckProof
 	res   *AckResult
+	err   error
+}
+
+// controlOutcome is the answer to one event.nack or event.reject.
+type controlOutcome struct {
+	proof  AckProof
+	reject bool
+	res    *ControlResult
+	err    error
+}
+
+// extendOutcome is the answer to one event.extend.
+type extendOutcome struct {
+	conn  *consumerConn
+	proof AckProof
+	by    time.Duration
+	sent  time.Time
 	err   error
 }
 
@@ -86,6 +114,8 @@ type consumerRun struct {
 	items      chan connItem
 	acks       chan ackOutcome
 	pings      chan pingOutcome
+	controls   chan controlOutcome
+	extends    chan extendOutcome
 
 	queued  []*eventJob // received and not started, in arrival order
 	running map[AckProof]*eventJob
@@ -114,6 +144,8 @@ func newConsumerRun(ctx context.Context, c *EventConsumer) *consumerRun {
 		items:    make(chan connItem),
 		acks:     make(chan ackOutcome),
 		pings:    make(chan pingOutcome),
+		controls: make(chan controlOutcome),
+		extends:  make(chan extendOutcome),
 		running:  make(map[AckProof]*eventJob),
 		pending:  make(map[string]*pendingAck),
 	}
@@ -135,9 +167,9 @@ func (r *consumerRun) run(ctx context.Context) error {
 			r.finish()
 			return nil
 		}
-		var beat, retry <-chan time.Time
+		var beat, lease, retry <-chan time.Time
 		if r.conn != nil {
-			beat = r.conn.beat.C
+			beat, lease = r.conn.beat.C, r.conn.lease.C
 		}
 		if r.retry != nil {
 			retry = r.retry.C
@@ -150,7 +182,7 @@ func (r *consumerRun) run(ctx context.Context) error {
 			boundTimer = time.NewTimer(r.c.cfg.ShutdownTimeout)
 			bound = boundTimer.C
 		case <-bound:
-			r.log.Warn("orbit consumer: shutdown timeout passed; abandoning unanswered acknowledgements, whose events will be delivered again",
+			r.log.Warn("orbit consumer: shutdown timeout passed; abandoning unanswered acknowledgements, whose events may be delivered again",
 				slog.Int("unanswered", len(r.pending)), slog.Int("running", len(r.running)))
 			r.finish()
 			return nil
@@ -165,6 +197,12 @@ func (r *consumerRun) run(ctx context.Context) error {
 			r.startConnect()
 		case <-beat:
 			r.ping()
+		case <-lease:
+			r.checkLeases()
+		case o := <-r.controls:
+			r.controlled(o)
+		case o := <-r.extends:
+			r.extendDone(o)
 		case it := <-r.items:
 			err = r.item(it)
 		case a := <-r.acks:
@@ -214,8 +252,13 @@ func (r *consumerRun) startConnect() {
 		Capacity: r.c.cfg.Capacity, Dialer: r.c.cfg.Dialer, Trace: r.c.cfg.Trace,
 	}
 	r.goBackground(func() {
+		intents, err := r.loadAckIntents(ctx)
+		if err != nil {
+			ch <- dialOutcome{err: err}
+			return
+		}
 		ec, retryAfter, err := dialEvents(ctx, cfg)
-		ch <- dialOutcome{ec: ec, retryAfter: retryAfter, err: err}
+		ch <- dialOutcome{ec: ec, retryAfter: retryAfter, err: err, intents: intents}
 	})
 }
 
@@ -235,7 +278,7 @@ func (r *consumerRun) dialed(res dialOutcome) error {
 	w := res.ec.Welcome()
 	ctx, cancel := context.WithCancel(context.Background())
 	conn := &consumerConn{ec: res.ec, ctx: ctx, cancel: cancel, beat: time.NewTicker(w.HeartbeatInterval),
-		since: time.Now(), enabled: w.Enabled}
+		lease: time.NewTicker(leaseCheckInterval(w.LeaseDuration)), since: time.Now(), enabled: w.Enabled}
 	r.conn = conn
 	if r.connected {
 		r.c.reconnects.Add(1)
@@ -245,6 +288,7 @@ func (r *consumerRun) dialed(res dialOutcome) error {
 		slog.Bool("enabled", w.Enabled), slog.Int("unanswered_acks", len(r.pending)))
 	// Acknowledgements first: a proof sent again settles its delivery
 	// before new deliveries arrive on this connection.
+	r.takeAckIntents(res.intents)
 	for _, p := range r.pending {
 		if r.conn != conn {
 			break
@@ -297,6 +341,7 @@ func (r *consumerRun) lose(err error) {
 func (r *consumerRun) drop(conn *consumerConn) {
 	conn.cancel()
 	conn.beat.Stop()
+	conn.lease.Stop()
 	conn.ec.abort()
 	for _, p := range r.pending {
 		if p.sentOn == conn {
@@ -330,7 +375,9 @@ func (r *consumerRun) item(it connItem) error {
 	}
 	log.Debug("orbit consumer: delivery received", slog.String("type", d.Event.Type), slog.Int("attempts", d.Attempts))
 	ctx, cancel := context.WithCancel(r.handlerCtx)
-	r.queued = append(r.queued, &eventJob{d: d, proof: d.Proof, ctx: ctx, cancel: cancel})
+	leaseFor := it.conn.ec.Welcome().LeaseDuration
+	r.queued = append(r.queued, &eventJob{d: d, proof: d.Proof, ctx: ctx, cancel: cancel,
+		leaseUntil: time.Now().Add(leaseFor), leaseFor: leaseFor})
 	r.startQueued()
 	return nil
 }
@@ -374,21 +421,178 @@ func (r *consumerRun) call(j *eventJob) (err error) {
 	return r.c.handler(j.ctx, j.d)
 }
 
-// handlerDone acknowledges the delivery of a handler that returned nil.
+// handlerDone acknowledges the delivery of a handler that returned nil,
+// and NACKs or rejects that of one that failed (K-15).
 func (r *consumerRun) handlerDone(j *eventJob) {
 	delete(r.running, j.proof)
 	j.cancel()
 	if j.err != nil {
 		r.c.handlerErrors.Add(1)
-		r.log.Warn("orbit consumer: handler failed; not acknowledging, the event will be delivered again",
-			slog.String("delivery_id", j.proof.DeliveryID), slog.String("event_id", j.d.Event.ID),
-			slog.Uint64("epoch", j.proof.Epoch), slog.String("error", j.err.Error()))
+		r.refuse(j)
 	} else if cur := r.pending[j.proof.DeliveryID]; cur == nil || cur.proof.Epoch < j.proof.Epoch {
 		p := &pendingAck{proof: j.proof, eventID: j.d.Event.ID}
 		r.pending[j.proof.DeliveryID] = p
 		r.sendAck(p)
 	}
 	r.startQueued()
+}
+
+// refuse tells the server that the handler of j failed: a reject for
+// Reject, otherwise a NACK, with the delay of Retry or without one (the
+// subscription's retry policy). It is sent once, on the current
+// connection; without one, or if it is lost, the lease runs out and the
+// server applies the retry policy all the same.
+func (r *consumerRun) refuse(j *eventJob) {
+	log := r.log.With(slog.String("delivery_id", j.proof.DeliveryID), slog.String("event_id", j.d.Event.ID),
+		slog.Uint64("epoch", j.proof.Epoch), slog.String("error", j.err.Error()))
+	var rej *RejectError
+	reject := errors.As(j.err, &rej)
+	var body any
+	typ := frameEventNack
+	switch {
+	case reject:
+		typ, body = frameEventReject, rejectBody{AckProof: j.proof, Reason: rejectReason(rej.Reason)}
+		log.Warn("orbit consumer: handler rejected the event; rejecting the delivery, which will not be delivered again unless retried")
+	default:
+		nb := nackBody{AckProof: j.proof, Reason: ControlReason(j.err.Error())}
+		var retry *RetryError
+		if errors.As(j.err, &retry) {
+			ms := retry.After.Milliseconds()
+			nb.DelayMS = &ms
+		}
+		body = nb
+		if j.d.AttemptBudget > 0 && j.d.Attempts >= j.d.AttemptBudget {
+			log.Warn("orbit consumer: handler failed on the last attempt; the delivery becomes EXPIRED and is not delivered again unless retried",
+				slog.Int("attempts", j.d.Attempts))
+		} else {
+			log.Warn("orbit consumer: handler failed; NACKing, the event will be delivered again later",
+				slog.Int("attempts", j.d.Attempts), slog.Int("attempt_budget", j.d.AttemptBudget))
+		}
+	}
+	conn := r.conn
+	if conn == nil || r.draining {
+		// During a shutdown a handler's failure is most likely its
+		// cancelled context: its lease runs out instead.
+		return
+	}
+	reply, err := conn.ec.send(typ, body, r.writeDeadline())
+	if err != nil {
+		r.lose(err)
+		return
+	}
+	proof := j.proof
+	r.goBackground(func() {
+		ctx, cancel := context.WithTimeout(conn.ctx, r.c.replyTimeout)
+		defer cancel()
+		f, err := reply.wait(ctx)
+		out := controlOutcome{proof: proof, reject: reject, err: err}
+		if err == nil {
+			out.res, out.err = decodeReply[ControlResult](f, typ)
+		}
+		post(r, r.controls, out)
+	})
+}
+
+// controlled takes the answer to a NACK or a reject.
+func (r *consumerRun) controlled(o controlOutcome) {
+	log := r.log.With(slog.String("delivery_id", o.proof.DeliveryID), slog.Uint64("epoch", o.proof.Epoch))
+	switch {
+	case o.err == nil && o.reject:
+		r.c.rejected.Add(1)
+		log.Debug("orbit consumer: delivery rejected")
+	case o.err == nil:
+		r.c.nacked.Add(1)
+		if o.res.State == "EXPIRED" {
+			log.Warn("orbit consumer: no attempt remains; the delivery is EXPIRED and is not delivered again unless retried",
+				slog.String("expired_reason", o.res.ExpiredReason))
+		} else {
+			log.Debug("orbit consumer: delivery NACKed", slog.Time("available_at", o.res.AvailableAt))
+		}
+	case IsCode(o.err, CodeDeliveryLeaseLost):
+		r.c.leaseLost.Add(1)
+		log.Info("orbit consumer: the NACK or reject found the lease already lost; the server decides what comes next")
+	default:
+		// The connection failed; its reader reports that. The lease runs
+		// out and the retry policy applies.
+		log.Debug("orbit consumer: NACK or reject not confirmed", slog.String("error", o.err.Error()))
+	}
+}
+
+// leaseCheckInterval is how often the leases of running handlers are
+// checked for extension: a tenth of the lease, within 10 ms and 1 s.
+func leaseCheckInterval(lease time.Duration) time.Duration {
+	return min(max(lease/10, 10*time.Millisecond), time.Second)
+}
+
+// checkLeases extends the lease of every running handler that has used
+// two thirds of it, within MaxLeaseExtension, and cancels the context of
+// one whose lease ran out after the maximum.
+func (r *consumerRun) checkLeases() {
+	conn := r.conn
+	if conn == nil || r.draining {
+		return
+	}
+	now := time.Now()
+	for _, j := range r.running {
+		if j.extending || j.leaseFor <= 0 {
+			continue
+		}
+		left := r.c.cfg.MaxLeaseExtension - j.extended
+		if left <= 0 || r.c.cfg.MaxLeaseExtension < 0 {
+			if now.After(j.leaseUntil) {
+				j.cancel()
+			}
+			continue
+		}
+		if now.Before(j.leaseUntil.Add(-j.leaseFor / 3)) {
+			continue
+		}
+		by := min(j.leaseFor, left)
+		reply, err := conn.ec.send(frameEventExtend, extendBody{AckProof: j.proof, ExtendMS: max(by.Milliseconds(), 1)}, r.writeDeadline())
+		if err != nil {
+			r.lose(err)
+			return
+		}
+		j.extending = true
+		proof := j.proof
+		r.goBackground(func() {
+			ctx, cancel := context.WithTimeout(conn.ctx, r.c.replyTimeout)
+			defer cancel()
+			_, err := reply.wait(ctx)
+			post(r, r.extends, extendOutcome{conn: conn, proof: proof, by: by, sent: now, err: err})
+		})
+	}
+}
+
+// extendDone takes the answer to an extension: the lease now ends by
+// from when it was asked; a refused one cancels the handler's context.
+func (r *consumerRun) extendDone(o extendOutcome) {
+	j := r.running[o.proof]
+	if j == nil {
+		return // the handler finished meanwhile
+	}
+	j.extending = false
+	log := r.log.With(slog.String("delivery_id", o.proof.DeliveryID), slog.Uint64("epoch", o.proof.Epoch))
+	switch {
+	case o.err == nil:
+		r.c.extended.Add(1)
+		// The server counts from its receipt, after o.sent: counting
+		// from o.sent errs on the safe side.
+		if until := o.sent.Add(o.by); until.After(j.leaseUntil) {
+			j.extended += until.Sub(j.leaseUntil)
+			j.leaseUntil = until
+		}
+		log.Debug("orbit consumer: lease extended", slog.Duration("by", o.by))
+	case IsCode(o.err, CodeDeliveryLeaseLost), IsCode(o.err, CodeInvalidArgument):
+		r.c.leaseLost.Add(1)
+		log.Warn("orbit consumer: lease extension refused; cancelling the handler, the event may be delivered again",
+			slog.String("error", o.err.Error()))
+		j.cancel()
+	default:
+		// The connection failed: the next check tries again on the next
+		// connection, while the lease lasts.
+		log.Debug("orbit consumer: lease extension not confirmed", slog.String("error", o.err.Error()))
+	}
 }
 
 // sendAck writes the event.ack of p on the current connection, if any and
@@ -446,6 +650,7 @@ func (r *consumerRun) acked(a ackOutcome) error {
 		if p != nil {
 			delete(r.pending, a.proof.DeliveryID)
 		}
+		r.settleAckIntent(a.proof)
 		log.Debug("orbit consumer: delivery acknowledged", slog.Bool("deduplicated", a.res.Deduplicated))
 		return nil
 	}
@@ -455,12 +660,14 @@ func (r *consumerRun) acked(a ackOutcome) error {
 		if p != nil {
 			delete(r.pending, a.proof.DeliveryID)
 		}
-		log.Info("orbit consumer: lease lost; the event will be delivered again")
+		r.settleAckIntent(a.proof)
+		log.Info("orbit consumer: acknowledgement refused, the lease was lost; the event is delivered again if attempts remain")
 		return nil
 	case IsCode(a.err, CodeInvalidArgument):
 		if p != nil {
 			delete(r.pending, a.proof.DeliveryID)
 		}
+		r.settleAckIntent(a.proof)
 		log.Error("orbit consumer: acknowledgement refused", slog.String("error", a.err.Error()))
 		return nil
 	case sessionFatal(a.err):
@@ -554,6 +761,7 @@ func (r *consumerRun) finish() {
 	if r.conn != nil {
 		r.conn.cancel()
 		r.conn.beat.Stop()
+		r.conn.lease.Stop()
 		_ = r.conn.ec.Close()
 		r.conn = nil
 	}

@@ -58,6 +58,50 @@ type Subscription struct {
 	MaxAttempts  int       `json:"max_attempts"`
 	CreatedAt    time.Time `json:"created_at"`
 	UpdatedAt    time.Time `json:"updated_at"`
+	// RetryPolicy sets when a delivery comes back after a NACK without a
+	// delay or a lease that ran out (K-4); nil from a server that does not
+	// report it.
+	RetryPolicy *RetryPolicy `json:"retry_policy,omitempty"`
+	// BlockedReason says why the subscription does not move (K-10): empty,
+	// or one of the Blocked constants.
+	BlockedReason string `json:"blocked_reason,omitempty"`
+	// Lag is what is still to be delivered: the queue's head − cursor +
+	// PENDING + LEASED deliveries.
+	Lag uint64 `json:"lag,string,omitempty"`
+	// OldestPendingAgeMS is the age of the oldest PENDING or LEASED
+	// delivery in milliseconds, 0 without one.
+	OldestPendingAgeMS int64 `json:"oldest_pending_age_ms,omitempty"`
+	// DeadLetters counts the EXPIRED deliveries.
+	DeadLetters int `json:"dead_letters,omitempty"`
+	// RedeliveryHorizon is the lowest sequence that can ever be delivered
+	// to the subscription again: the queue's retention mark (K-12).
+	// Nothing below it can be retried or replayed, so a receiver may
+	// forget the events below it. nil from a server that does not report
+	// it.
+	RedeliveryHorizon *uint64 `json:"redelivery_horizon,string,omitempty"`
+}
+
+// Reasons a subscription does not move (Subscription.BlockedReason), in
+// the order the server checks them.
+const (
+	BlockedPaused         = "PAUSED"
+	BlockedHistoryExpired = "HISTORY_EXPIRED"
+	BlockedBacklogFull    = "BACKLOG_FULL"
+	BlockedNoConsumer     = "NO_CONSUMER"
+	BlockedRetryWait      = "RETRY_WAIT"
+)
+
+// RetryPolicy is a subscription's retry policy (K-4): after a NACK without
+// a delay, or a lease that ran out, a delivery waits a random time up to
+// min(MaxDelayMS, InitialDelayMS × Multiplier^(attempts−1)).
+type RetryPolicy struct {
+	// InitialDelayMS is 0 to 86,400,000 and at most MaxDelayMS; the
+	// server's default is 1,000.
+	InitialDelayMS int64 `json:"initial_delay_ms"`
+	// MaxDelayMS is 0 to 86,400,000; the default is 600,000.
+	MaxDelayMS int64 `json:"max_delay_ms"`
+	// Multiplier is 1.0 to 10.0; the default is 2.0.
+	Multiplier float64 `json:"multiplier"`
 }
 
 // SubscriptionResult is the receipt of a subscription write. Deduplicated
@@ -93,6 +137,8 @@ type CreateSubscriptionRequest struct {
 	// MaxAttempts is the attempt budget of each delivery, 1 to 100; 0 means
 	// the server's default (20).
 	MaxAttempts int `json:"max_attempts,omitempty"`
+	// RetryPolicy, when set, replaces the server's default retry policy.
+	RetryPolicy *RetryPolicy `json:"retry_policy,omitempty"`
 }
 
 // CreateSubscription creates a subscription (POST /v1/subscriptions,
@@ -165,8 +211,8 @@ func (c *Client) GetSubscription(ctx context.Context, id string) (*Subscription,
 	return &s, nil
 }
 
-// ConfigureSubscriptionRequest is the body of ConfigureSubscription. All
-// three fields are always sent.
+// ConfigureSubscriptionRequest is the body of ConfigureSubscription.
+// ExpectedRevision, Enabled and Reason are always sent.
 type ConfigureSubscriptionRequest struct {
 	// ExpectedRevision must equal the subscription's current Revision, as
 	// GetSubscription reports it; otherwise the call is STATE_CONFLICT.
@@ -175,6 +221,8 @@ type ConfigureSubscriptionRequest struct {
 	Enabled bool `json:"enabled"`
 	// Reason, 1 to 1024 characters, is recorded in the audit log.
 	Reason string `json:"reason"`
+	// RetryPolicy, when set, replaces the retry policy; nil keeps it.
+	RetryPolicy *RetryPolicy `json:"retry_policy,omitempty"`
 }
 
 // ConfigureSubscription pauses or resumes a subscription
@@ -225,6 +273,14 @@ type EventDelivery struct {
 	// AcknowledgedAt is set only when ACKED: the first valid
 	// acknowledgement.
 	AcknowledgedAt *time.Time `json:"acknowledged_at,omitempty"`
+	// ExpiredReason is set only when EXPIRED: ExpiredAttemptsExhausted,
+	// ExpiredRejected or ExpiredSkipped.
+	ExpiredReason string `json:"expired_reason,omitempty"`
+	// LastError is the reason of the last NACK or reject, or
+	// LEASE_EXPIRED after a lease ran out; empty when there was none.
+	LastError string `json:"last_error,omitempty"`
+	// Nacks counts the NACKs the delivery received.
+	Nacks int `json:"nacks,omitempty"`
 }
 
 // ResultEvent is an entry of a queue's result log. Details and Snapshot
@@ -293,6 +349,9 @@ type ListEventDeliveriesRequest struct {
 	// State keeps only deliveries in this state (a DeliveryState
 	// constant); empty means every state.
 	State string
+	// ExpiredReason, with State DeliveryStateExpired, keeps only the dead
+	// letters set aside for this reason (K-6).
+	ExpiredReason string
 }
 
 // DeliveryPage is one page of ListEventDeliveries. NextCursor is empty on
@@ -320,6 +379,9 @@ func (c *Client) ListEventDeliveries(ctx context.Context, subscriptionID string,
 	}
 	if req.State != "" {
 		q.Set("state", req.State)
+	}
+	if req.ExpiredReason != "" {
+		q.Set("expired_reason", req.ExpiredReason)
 	}
 	var page DeliveryPage
 	if err := c.do(ctx, http.MethodGet, subscriptionPath(subscriptionID)+"/deliveries", q, "", nil, &page); err != nil {

@@ -284,16 +284,22 @@ func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool)
 }
 
 // receiverAccount creates a MySQL account that holds only SELECT, INSERT
-// and UPDATE on the receiver's two tables in orbit_receiver_test, as R-2
-// says a running receiver needs, and returns its DSN and user name. The
-// account is dropped when the test ends.
+// and UPDATE on the receiver's Inbox and view in orbit_receiver_test, as
+// R-2 says a running receiver needs, and SELECT, INSERT, UPDATE and DELETE
+// on its ACK intents (K-13: an answered intent is deleted); it returns
+// the account's DSN and user name. The account is dropped when the test
+// ends.
 func receiverAccount(t *testing.T, ctx context.Context) (dsn, user string) {
 	t.Helper()
 	user = "it_" + db.NewID()[:12]
 	password := db.NewID()
 	stmts := []string{fmt.Sprintf("CREATE USER '%s'@'%%' IDENTIFIED BY '%s'", user, password)}
 	for _, table := range receiverTables {
-		stmts = append(stmts, fmt.Sprintf("GRANT SELECT, INSERT, UPDATE ON `%s`.`%s` TO '%s'@'%%'", receiverDatabase, table, user))
+		privileges := "SELECT, INSERT, UPDATE"
+		if table == intentsTable {
+			privileges += ", DELETE"
+		}
+		stmts = append(stmts, fmt.Sprintf("GRANT %s ON `%s`.`%s` TO '%s'@'%%'", privileges, receiverDatabase, table, user))
 	}
 	for _, stmt := range stmts {
 		if _, err := env.receiver.ExecContext(ctx, stmt); err != nil {

@@ -32,6 +32,10 @@ const (
 	envCrashQueue    = "ORBIT_IT_CRASH_QUEUE"
 	envCrashDSN      = "ORBIT_IT_CRASH_DSN"
 	envCrashName     = "ORBIT_IT_CRASH_NAME"
+	// envCrashIntents "1" makes the child store each delivery's ACK proof
+	// as an ACK intent in its business transaction (K-13), as `receiver
+	// consume` does.
+	envCrashIntents = "ORBIT_IT_CRASH_INTENTS"
 
 	// crashCommitted is what the child prints once an event is committed.
 	crashCommitted = "committed event="
@@ -44,9 +48,10 @@ func init() {
 }
 
 // crashConsumer consumes the subscription with the SDK's EventConsumer; its
-// handler applies the event through inbox.Store.Apply, prints that it
-// committed, and blocks for ever before returning, so the SDK never
-// acknowledges. The parent kills it.
+// handler applies the event through inbox.Store.Apply (or, with
+// envCrashIntents, ApplyWithIntent), prints that it committed, and blocks
+// for ever before returning, so the SDK never acknowledges. The parent
+// kills it.
 func crashConsumer() int {
 	ctx := context.Background()
 	fail := func(err error) int {
@@ -70,7 +75,14 @@ func crashConsumer() int {
 		if err != nil {
 			return err
 		}
-		res, err := store.Apply(ctx, raw)
+		var res inbox.Result
+		if os.Getenv(envCrashIntents) == "1" {
+			res, err = store.ApplyWithIntent(ctx, raw, inbox.AckIntent{
+				SubscriptionID: d.SubscriptionID, DeliveryID: d.Proof.DeliveryID, Epoch: d.Proof.Epoch, LeaseSecret: d.Proof.LeaseSecret,
+			})
+		} else {
+			res, err = store.Apply(ctx, raw)
+		}
 		if err != nil {
 			fmt.Printf("event=%s outcome=%s\n", d.Event.ID, receiver.Classify(res, err))
 			return err
@@ -85,8 +97,9 @@ func crashConsumer() int {
 	return fail(consumer.Run(ctx))
 }
 
-// R-22 (R-17 "killed after commit"): the consumer process commits an
-// event's business transaction and is SIGKILLed before its handler returns;
+// R-22 (R-17 "killed after commit", a receiver without ACK intents): the
+// consumer process commits an event's business transaction and is
+// SIGKILLed before its handler returns;
 // the database shows the commit while the platform shows the delivery
 // LEASED, attempted once and without an ACK. The real `receiver consume`
 // started next, with the same receiver name, gets the redelivery once the

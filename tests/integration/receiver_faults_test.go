@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	resultinbox "github.com/orbitrun/orbit/examples/result-inbox"
 	"github.com/orbitrun/orbit/examples/result-inbox/receiver"
 	"github.com/orbitrun/orbit/internal/db"
 	orbit "github.com/orbitrun/orbit/sdk/go"
@@ -33,12 +34,15 @@ func stopConsume(t *testing.T, p *childProcess, secrets ...string) {
 	checkConsumeOutput(t, p.stdout.String(), p.stderr.String(), secrets...)
 }
 
-// R-17 "ACK reply lost": the consumer commits an event and sends its ACK,
-// but the connection is lost before any answer and the ACK is never
-// recorded; then the process is gone (SIGKILL) before it can send the proof
-// again. A new process with the same receiver name gets the redelivery once
-// the lease has run out, finds the Inbox record and acknowledges with the
-// new proof; the view advanced once.
+// R-17 "ACK reply lost" (with K-13): the consumer commits an event, with
+// its ACK intent, and sends its ACK, but the connection is lost before any
+// answer and the ACK is never recorded; then the process is gone (SIGKILL)
+// before it can send the proof again. A new process with the same receiver
+// name, started while the lease stands, sends the stored proof first: the
+// delivery is acknowledged with its original epoch-1 proof, the event is
+// not delivered again, and the view advanced once. (When the lease is
+// lost meanwhile, the redelivery is deduplicated instead:
+// TestK13_IntentOfALostLeaseIsClearedAndTheRedeliveryDeduplicated.)
 //
 // (When the ACK was recorded and only its answer lost, the delivery is
 // ACKED and nothing comes again; the SDK's re-send of the same proof on a
@@ -48,7 +52,7 @@ func TestR17_AckReplyLostThenProcessExits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), processTestTimeout)
 	defer cancel()
 	bin := buildReceiver(t)
-	p := startPlatform(t, withEventLease(shortLease))
+	p := startPlatform(t) // the default 30 s lease stands through the restart
 	c := p.bootstrap(t, "inbox-demo")
 	sub := c.subscribe(t, ctx, []string{orbit.EventTypeTaskCancelled}, 0)
 	name := newConsumer()
@@ -79,23 +83,36 @@ func TestR17_AckReplyLostThenProcessExits(t *testing.T) {
 		t.Fatalf("Inbox after the first process: found=%v applied=%v", found, applied)
 	}
 
+	intent, found := intentOf(t, ctx, name, sub.ID, d.ID)
+	if !found || intent.epoch != 1 {
+		t.Fatalf("after the lost ACK the ACK intent is found=%v epoch=%d; want the epoch-1 proof kept", found, intent.epoch)
+	}
+
 	second := startChild(t, bin, consumeEnv(c, sub.ID, env.receiverDSN, name, ""), "consume")
 	acked := deliveryOf(t, ctx, sub.ID, taskID, "ACKED by the second process", func(d delivery) bool {
 		return d.State == orbit.DeliveryStateAcked
 	})
-	if acked.ID != d.ID || acked.Attempts != 2 || acked.AckEpoch.Int64 != 2 {
-		t.Errorf("after the redelivery the delivery is %+v; want %s acknowledged with the epoch-2 proof", acked, d.ID)
+	if acked.ID != d.ID || acked.Attempts != 1 || acked.AckEpoch.Int64 != 1 {
+		t.Errorf("after the restart the delivery is %+v; want %s acknowledged with the stored epoch-1 proof", acked, d.ID)
 	}
-	second.waitOutput(t, ctx, fmt.Sprintf("event=%s type=task.cancelled outcome=duplicate\n", d.EventID))
+	waitUntil(t, ctx, "the ACK intent cleared", func() bool {
+		_, found := intentOf(t, ctx, name, sub.ID, d.ID)
+		return !found
+	})
 	if applied, _, _ := viewOf(t, ctx, name, c.QueueID, taskID); applied != 1 {
-		t.Errorf("applied_events = %d after the redelivery, want 1", applied)
+		t.Errorf("applied_events = %d after the restart, want 1", applied)
 	}
-	stopConsume(t, second, c.Token)
+	second.waitOutput(t, ctx, "consuming subscription="+sub.ID)
+	stopConsume(t, second, c.Token, intent.secret)
+	if n := eventLines(second.stdout.String()); n != 0 {
+		t.Errorf("the second process handled %d events; the event must not come again:\n%s", n, second.stdout)
+	}
 	checkConsumeOutput(t, first.stdout.String(), first.stderr.String(), c.Token)
 }
 
 // R-17 "budget exhausted": while the receiver's storage fails (its DSN
-// names a database without the receiver tables) every attempt fails and
+// names a database that holds only the ACK intents table, so the consumer
+// connects but every Apply fails) every attempt fails and
 // nothing is acknowledged; with max_attempts 2 the delivery ends EXPIRED
 // and keeps its place in the subscription's window. After the fix (the
 // right DSN, the same receiver name) a manual RetryEventDelivery makes it
@@ -111,6 +128,14 @@ func TestR17_BudgetExhaustedIsFixedByManualRetry(t *testing.T) {
 	sub := c.subscribe(t, ctx, []string{orbit.EventTypeTaskCancelled}, 2)
 	name := newConsumer()
 	broken, _ := emptyDatabase(t, ctx)
+	brokenPool, err := openReceiver(broken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer brokenPool.Close()
+	if _, err := brokenPool.ExecContext(ctx, receiver.Statements(resultinbox.Schema)[2]); err != nil {
+		t.Fatal(err)
+	}
 
 	first := startChild(t, bin, consumeEnv(c, sub.ID, broken, name, ""), "consume")
 	first.waitOutput(t, ctx, "consuming subscription="+sub.ID)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 
@@ -14,8 +15,13 @@ import (
 	"github.com/orbitrun/orbit/internal/db"
 )
 
-// initLine is what `receiver init` prints (R-2).
-const initLine = "receiver_schema_initialized=true foreign_keys=0\n"
+// What `receiver init` prints (R-2, K-13): on an empty database, on a
+// first-generation schema it upgrades, and on a current schema.
+const (
+	initLine    = "receiver_schema_initialized=true foreign_keys=0\n"
+	upgradeLine = "receiver_schema_upgraded=true created=receiver_ack_intents foreign_keys=0\n"
+	currentLine = "receiver_schema_current=true foreign_keys=0\n"
+)
 
 // runInit runs receiver.Init on dsn and returns its output and error.
 func runInit(ctx context.Context, dsn string) (string, error) {
@@ -98,80 +104,109 @@ func TestR1_DSNMustNameTheDatabase(t *testing.T) {
 	})
 }
 
-// R-2: init runs schema.sql once on an empty database and prints its line;
-// on a database that holds the receiver tables, or only one of them, it
-// refuses and changes nothing: it never repairs a partial schema or
-// overwrites a structure.
-func TestR2_InitRefusesExistingTables(t *testing.T) {
+// R-2, K-13: init runs schema.sql on an empty database and prints its
+// line; run again it changes nothing and says the schema is current; on a
+// database that holds the first generation's two tables it creates only
+// the ACK intents table; on any other set of receiver tables (a partial
+// schema) it refuses and changes nothing: it never repairs a partial schema
+// or alters an existing table.
+func TestR2_InitCreatesMissingGenerationsOnly(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
+	want := createTables(t, f.ctx, receiverDatabase)
+	generation1 := receiver.Statements(resultinbox.Schema)[:2]
+	if !strings.Contains(generation1[0], "CREATE TABLE receiver_inbox") || !strings.Contains(generation1[1], "CREATE TABLE receiver_task_views") {
+		t.Fatalf("schema.sql no longer starts with the first generation's tables: %.60s", generation1[0])
+	}
+	// createIn runs statements in a database of its own.
+	createIn := func(t *testing.T, stmts ...string) (dsn, name string) {
+		dsn, name = emptyDatabase(t, f.ctx)
+		pool, err := openReceiver(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		for _, stmt := range stmts {
+			if _, err := pool.ExecContext(f.ctx, stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dsn, name
+	}
 
 	t.Run("EmptyDatabase", func(t *testing.T) {
-		t.Parallel()
 		dsn, name := emptyDatabase(t, f.ctx)
 		out, err := runInit(f.ctx, dsn)
 		if err != nil || out != initLine {
 			t.Fatalf("init on an empty database = %q, %v; want %q", out, err, initLine)
 		}
 		created := createTables(t, f.ctx, name)
-		if want := createTables(t, f.ctx, receiverDatabase); len(created) != 2 || created["receiver_inbox"] != want["receiver_inbox"] ||
-			created["receiver_task_views"] != want["receiver_task_views"] {
+		if !maps.Equal(created, want) {
 			t.Fatalf("init created\n%v\nwant the tables of schema.sql\n%v", created, want)
 		}
 
 		out, err = runInit(f.ctx, dsn)
-		if err == nil || !strings.Contains(err.Error(), "already exist") || out != "" {
-			t.Fatalf("init again = %q, %v; want it refused", out, err)
+		if err != nil || out != currentLine {
+			t.Fatalf("init again = %q, %v; want %q", out, err, currentLine)
 		}
-		if after := createTables(t, f.ctx, name); after["receiver_inbox"] != created["receiver_inbox"] ||
-			after["receiver_task_views"] != created["receiver_task_views"] {
-			t.Errorf("a refused init changed the tables")
+		if after := createTables(t, f.ctx, name); !maps.Equal(after, created) {
+			t.Errorf("init on a current schema changed the tables")
+		}
+	})
+
+	t.Run("UpgradesTheFirstGeneration", func(t *testing.T) {
+		dsn, name := createIn(t, generation1...)
+		before := createTables(t, f.ctx, name)
+		out, err := runInit(f.ctx, dsn)
+		if err != nil || out != upgradeLine {
+			t.Fatalf("init on a first-generation schema = %q, %v; want %q", out, err, upgradeLine)
+		}
+		after := createTables(t, f.ctx, name)
+		if !maps.Equal(after, want) {
+			t.Fatalf("after the upgrade the tables are\n%v\nwant\n%v", after, want)
+		}
+		for table, ddl := range before {
+			if after[table] != ddl {
+				t.Errorf("the upgrade altered %s", table)
+			}
+		}
+		if out, err := runInit(f.ctx, dsn); err != nil || out != currentLine {
+			t.Errorf("init after the upgrade = %q, %v; want %q", out, err, currentLine)
 		}
 	})
 
 	t.Run("PartialSchema", func(t *testing.T) {
-		t.Parallel()
-		dsn, name := emptyDatabase(t, f.ctx)
-		pool, err := openReceiver(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pool.Close()
-		first := receiver.Statements(resultinbox.Schema)[0]
-		if !strings.Contains(first, "CREATE TABLE receiver_inbox") {
-			t.Fatalf("schema.sql no longer starts with receiver_inbox: %.60s", first)
-		}
-		if _, err := pool.ExecContext(f.ctx, first); err != nil {
-			t.Fatal(err)
-		}
-		out, err := runInit(f.ctx, dsn)
-		if err == nil || !strings.Contains(err.Error(), "already exist") || out != "" {
-			t.Fatalf("init on a partial schema = %q, %v; want it refused", out, err)
-		}
-		if got := createTables(t, f.ctx, name); len(got) != 1 || got["receiver_inbox"] == "" {
-			t.Errorf("init touched a partial schema: tables now %v", keys(got))
+		for _, stmts := range [][]string{
+			generation1[:1],
+			{receiver.Statements(resultinbox.Schema)[2]},
+		} {
+			dsn, name := createIn(t, stmts...)
+			before := createTables(t, f.ctx, name)
+			out, err := runInit(f.ctx, dsn)
+			if err == nil || !strings.Contains(err.Error(), "no complete schema generation") || out != "" {
+				t.Fatalf("init on a partial schema = %q, %v; want it refused", out, err)
+			}
+			if got := createTables(t, f.ctx, name); !maps.Equal(got, before) {
+				t.Errorf("init touched a partial schema: tables now %v", keys(got))
+			}
 		}
 	})
 
 	t.Run("ReceiverTestDatabase", func(t *testing.T) {
-		t.Parallel()
-		before := createTables(t, f.ctx, receiverDatabase)
 		out, err := runInit(f.ctx, env.receiverDSN)
-		if err == nil || !strings.Contains(err.Error(), "already exist") || out != "" {
-			t.Fatalf("init on %s = %q, %v; want it refused", receiverDatabase, out, err)
+		if err != nil || out != currentLine {
+			t.Fatalf("init on %s = %q, %v; want %q", receiverDatabase, out, err, currentLine)
 		}
-		after := createTables(t, f.ctx, receiverDatabase)
-		for _, table := range receiverTables {
-			if before[table] != after[table] {
-				t.Errorf("a refused init changed %s", table)
-			}
+		if after := createTables(t, f.ctx, receiverDatabase); !maps.Equal(after, want) {
+			t.Errorf("init on a current schema changed the tables")
 		}
 	})
 }
 
-// R-2: the running receiver needs only SELECT, INSERT and UPDATE on its two
-// tables: the whole demo runs with an account that holds nothing else, so
-// no receiver code deletes, alters or touches another table.
+// R-2: the running receiver needs only SELECT, INSERT and UPDATE on its
+// Inbox and view (and, for consume, DELETE on its ACK intents, K-13): the
+// whole demo runs with an account that holds nothing else, so no receiver
+// code deletes from the Inbox or view, alters or touches another table.
 func TestR2_RunningAccountNeedsOnlySelectInsertUpdate(t *testing.T) {
 	t.Parallel()
 	f := setup(t)

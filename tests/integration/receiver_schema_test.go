@@ -7,8 +7,12 @@ import (
 	"unicode"
 )
 
-// receiverTables are the receiver's two tables (R-10).
-var receiverTables = []string{"receiver_inbox", "receiver_task_views"}
+// receiverTables are the receiver's tables in name order: the two of R-10
+// and the ACK intents of K-13.
+var receiverTables = []string{"receiver_ack_intents", "receiver_inbox", "receiver_task_views"}
+
+// intentsTable holds the ACK intents (K-13).
+const intentsTable = "receiver_ack_intents"
 
 // R-20 (R-10, R-2): the receiver's schema has two tables with 17 columns,
 // each with a Chinese comment, and no foreign key.
@@ -16,8 +20,8 @@ func TestR20_SchemaHasSeventeenChineseCommentsAndNoForeignKeys(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	rows, err := env.receiver.QueryContext(f.ctx, `SELECT TABLE_NAME, COLUMN_NAME, COLUMN_COMMENT FROM information_schema.COLUMNS
-		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?) ORDER BY TABLE_NAME, ORDINAL_POSITION`,
-		receiverTables[0], receiverTables[1])
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('receiver_inbox', 'receiver_task_views')
+		ORDER BY TABLE_NAME, ORDINAL_POSITION`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +101,7 @@ func containsKey(keys [][]string, want []string) bool {
 
 // R-19 (R-1): the platform and the receiver live in separate databases:
 // orbit_test holds the migrated platform and no receiver table;
-// orbit_receiver_test holds exactly the receiver's two tables.
+// orbit_receiver_test holds exactly the receiver's tables.
 func TestR19_PlatformAndReceiverDatabasesAreSeparate(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -134,5 +138,40 @@ func TestR19_PlatformAndReceiverDatabasesAreSeparate(t *testing.T) {
 		if !slices.Contains(platform, want) {
 			t.Errorf("%s lacks %s; tables: %v", platformDatabase, want, platform)
 		}
+	}
+}
+
+// K-13: the ACK intents table has a Chinese comment on each of its 7
+// columns, one intent per receiving purpose and delivery, and no foreign
+// key (the R-20 check of the whole database covers it).
+func TestK13_AckIntentsTable(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	rows, err := env.receiver.QueryContext(f.ctx, `SELECT COLUMN_NAME, COLUMN_COMMENT FROM information_schema.COLUMNS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, intentsTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var columns []string
+	for rows.Next() {
+		var column, comment string
+		if err := rows.Scan(&column, &comment); err != nil {
+			t.Fatal(err)
+		}
+		columns = append(columns, column)
+		if !strings.ContainsFunc(comment, func(r rune) bool { return unicode.Is(unicode.Han, r) }) {
+			t.Errorf("%s.%s: comment %q is not Chinese", intentsTable, column, comment)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"consumer_name", "subscription_id", "delivery_id", "epoch", "lease_secret", "event_id", "created_at"}
+	if !slices.Equal(columns, want) {
+		t.Errorf("%s columns %v, want %v", intentsTable, columns, want)
+	}
+	if got := f.uniqueKeys(intentsTable); !containsKey(got, []string{"consumer_name", "subscription_id", "delivery_id"}) {
+		t.Errorf("%s: unique keys %v, want one on (consumer_name, subscription_id, delivery_id)", intentsTable, got)
 	}
 }

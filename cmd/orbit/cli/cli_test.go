@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/orbitrun/orbit/cmd/orbit/cli"
@@ -42,14 +41,14 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := testdb.Run(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
+	for _, f := range afterTests {
+		f()
 	}
-	os.Exit(code)
+	os.Exit(testdb.CheckLeaks(code))
 }
+
+// afterTests run once every test has ended.
+var afterTests []func()
 
 // orbit runs the root command with args and returns what it printed on
 // standard output.

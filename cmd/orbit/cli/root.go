@@ -58,6 +58,10 @@ func NewRoot() *cobra.Command {
 		validateCommand(app),
 		versionCommand(),
 		modulesCommand(),
+		queueCommand(),
+		taskCommand(),
+		subCommand(),
+		eventsCommand(),
 	)
 	for _, info := range modules.Registered() {
 		if c, ok := app.instances[info.ID].(modules.Commander); ok {

@@ -159,9 +159,28 @@ func Parse(raw []byte, queueID string) (*Event, []byte, string, error) {
 // (consumer, queue, event id) (R-11 … R-16). It returns nil only after the
 // transaction has committed.
 func (s *Store) Apply(ctx context.Context, raw []byte) (Result, error) {
+	return s.apply(ctx, raw, nil)
+}
+
+// ApplyWithIntent is Apply that also records intent, the ACK proof of the
+// delivery that brought the event, in the same transaction as the Inbox
+// record and the view (K-13): when the transaction commits, the ACK is
+// owed and survives the process. A duplicate records no intent, since it
+// commits nothing. The caller acknowledges the delivery and then clears
+// the intent with AckIntentClear.
+func (s *Store) ApplyWithIntent(ctx context.Context, raw []byte, intent AckIntent) (Result, error) {
+	return s.apply(ctx, raw, &intent)
+}
+
+func (s *Store) apply(ctx context.Context, raw []byte, intent *AckIntent) (Result, error) {
 	ev, canonical, digest, err := Parse(raw, s.queueID)
 	if err != nil {
 		return Result{}, err
+	}
+	if intent != nil {
+		if err := intent.check(); err != nil {
+			return Result{}, err
+		}
 	}
 	revision, _ := parseRevision(ev.Snapshot.Revision)
 	ctx, cancel := context.WithTimeout(ctx, s.txTimeout)
@@ -172,6 +191,9 @@ func (s *Store) Apply(ctx context.Context, raw []byte) (Result, error) {
 		return Result{}, fmt.Errorf("inbox: begin: %w", err)
 	}
 	applied, err := s.applyInTx(ctx, tx, ev, canonical, digest, revision)
+	if err == nil && intent != nil {
+		err = s.ackIntentRecord(ctx, tx, ev.ID, intent)
+	}
 	if err != nil {
 		tx.Rollback()
 		if isDuplicateKey(err) {

@@ -17,9 +17,9 @@ import (
 
 // The commands' checks that come before any network or database work.
 
-// the CLI knows init, demo and consume and nothing else: there is no
-// fault switch.
-func TestR23_OnlyThreeCommands(t *testing.T) {
+// R-23, K-12: the CLI knows init, demo, consume and prune and nothing
+// else: there is no fault switch.
+func TestR23_NoFaultCommands(t *testing.T) {
 	t.Parallel()
 	for _, cmd := range []string{"", "help", "fault", "kill-after-commit", "INIT"} {
 		if err := Main(t.Context(), cmd, nil, nil); !errors.Is(err, ErrUsage) {
@@ -61,14 +61,19 @@ func TestR6_ConsumeNeedsASubscription(t *testing.T) {
 	}
 }
 
-// init's statements are schema.sql's two CREATE TABLE
-// statements, in order, with no foreign key, cascade or delete.
-func TestR2_InitRunsTheTwoCreateStatements(t *testing.T) {
+// K-13: init's statements are schema.sql's CREATE TABLE
+// statements, one per table of the schema generations, in order, with no
+// foreign key, cascade or delete.
+func TestR2_InitRunsTheCreateStatementsOfEachGeneration(t *testing.T) {
 	t.Parallel()
 	stmts := Statements(resultinbox.Schema)
-	if len(stmts) != 2 || !strings.HasPrefix(stmts[0], "CREATE TABLE receiver_inbox (") ||
-		!strings.HasPrefix(stmts[1], "CREATE TABLE receiver_task_views (") {
+	if len(stmts) != 3 || !strings.HasPrefix(stmts[0], "CREATE TABLE receiver_inbox (") ||
+		!strings.HasPrefix(stmts[1], "CREATE TABLE receiver_task_views (") ||
+		!strings.HasPrefix(stmts[2], "CREATE TABLE receiver_ack_intents (") {
 		t.Fatalf("schema statements: %q", stmts)
+	}
+	if _, err := planSchema(resultinbox.Schema, resultinbox.SchemaGenerations); err != nil {
+		t.Fatalf("schema.sql does not match the generations: %v", err)
 	}
 	for _, s := range stmts {
 		if strings.HasSuffix(s, ";") {
@@ -101,5 +106,48 @@ func TestReceiverConsume_CtrlCWhileStartingIsNoError(t *testing.T) {
 	time.AfterFunc(200*time.Millisecond, stop)
 	if err := Consume(ctx, cfg, io.Discard, nil); err != nil {
 		t.Errorf("consume stopped while starting = %v, want nil", err)
+	}
+}
+
+// K-13: init recognises exactly the table sets of complete generations;
+// anything else is a partial schema it refuses.
+func TestK13_InitKnowsTheSchemaGenerations(t *testing.T) {
+	t.Parallel()
+	plan, err := planSchema(resultinbox.Schema, resultinbox.SchemaGenerations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		existing []string
+		want     int
+	}{
+		{nil, 0},
+		{[]string{"receiver_inbox", "receiver_task_views"}, 1},
+		{[]string{"receiver_inbox", "receiver_task_views", "receiver_ack_intents"}, 2},
+		{[]string{"receiver_inbox"}, -1},
+		{[]string{"receiver_task_views"}, -1},
+		{[]string{"receiver_ack_intents"}, -1},
+		{[]string{"receiver_inbox", "receiver_ack_intents"}, -1},
+	} {
+		if got := plan.generationOf(tc.existing); got != tc.want {
+			t.Errorf("generationOf(%v) = %d, want %d", tc.existing, got, tc.want)
+		}
+	}
+	if _, err := planSchema(resultinbox.Schema, [][]string{{"receiver_inbox", "receiver_task_views"}}); err == nil {
+		t.Error("a schema with a table no generation names was accepted")
+	}
+}
+
+// K-12: prune needs the id of an existing subscription and a valid receiver
+// name before it contacts anything.
+func TestK12_PruneChecksItsConfiguration(t *testing.T) {
+	t.Parallel()
+	creds := &orbit.Credentials{URL: "http://127.0.0.1:1", Token: "token", QueueID: "0123456789abcdef0123456789abcdef"}
+	if err := Prune(t.Context(), &Config{Credentials: creds, ReceiverName: DefaultReceiverName}, nil); err == nil || !strings.Contains(err.Error(), EnvSubscriptionID) {
+		t.Errorf("prune without a subscription = %v", err)
+	}
+	cfg := &Config{Credentials: creds, ReceiverName: "-bad", SubscriptionID: "0123456789abcdef0123456789abcdef"}
+	if err := Prune(t.Context(), cfg, nil); err == nil || !strings.Contains(err.Error(), EnvReceiverName) {
+		t.Errorf("prune with an invalid receiver name = %v", err)
 	}
 }

@@ -17,6 +17,12 @@ import (
 // subscription and refuses to run if its queue is not the configured one, so
 // a misconfigured receiver never burns delivery budget. It stops only this
 // process: the shared subscription is not paused.
+//
+// Each event's transaction also stores the delivery's ACK proof as an ACK
+// intent (K-13); on start and after every reconnection the consumer first
+// sends the ACKs of all uncleared intents, so an event committed by a
+// process killed before its ACK is acknowledged without being delivered
+// again while its lease stands.
 func Consume(ctx context.Context, cfg *Config, out io.Writer, logger *slog.Logger) error {
 	err := consume(ctx, cfg, out, logger)
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
@@ -59,6 +65,7 @@ func consume(ctx context.Context, cfg *Config, out io.Writer, logger *slog.Logge
 		BaseURL: cfg.Credentials.URL, Token: cfg.Credentials.Token, SubscriptionID: sub.ID,
 		Capacity: ConsumeConcurrency, Concurrency: ConsumeConcurrency,
 		ShutdownTimeout: ConsumeStopTimeout / 2, Logger: logger,
+		AckIntents: ackIntents{store: store, subscriptionID: sub.ID},
 	}, applyHandler(store, p))
 	if err != nil {
 		return err

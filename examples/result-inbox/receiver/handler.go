@@ -73,7 +73,8 @@ func (p *printer) line(format string, args ...any) {
 }
 
 // applyHandler returns the consumer handler that applies each event through
-// store and prints one classification line per event.
+// store, with the delivery's ACK proof as an ACK intent in the same
+// transaction (K-13), and prints one classification line per event.
 func applyHandler(store *inbox.Store, p *printer) orbit.EventHandler {
 	return func(ctx context.Context, d *orbit.Delivery) error {
 		raw, err := EventJSON(d)
@@ -83,8 +84,37 @@ func applyHandler(store *inbox.Store, p *printer) orbit.EventHandler {
 		}
 		ctx, cancel := context.WithTimeout(ctx, ConsumeHandlerTimeout)
 		defer cancel()
-		r, err := store.Apply(ctx, raw)
+		r, err := store.ApplyWithIntent(ctx, raw, inbox.AckIntent{
+			SubscriptionID: d.SubscriptionID, DeliveryID: d.Proof.DeliveryID, Epoch: d.Proof.Epoch, LeaseSecret: d.Proof.LeaseSecret,
+		})
 		p.line("event=%s type=%s outcome=%s", d.Event.ID, d.Event.Type, Classify(r, err))
 		return err
 	}
 }
+
+// ackIntents is the receiver's orbit.AckIntentStore: the ACK intents of
+// one subscription in its own database (K-13).
+type ackIntents struct {
+	store          *inbox.Store
+	subscriptionID string
+}
+
+// AckIntents returns the subscription's uncleared intents as proofs.
+func (a ackIntents) AckIntents(ctx context.Context) ([]orbit.AckProof, error) {
+	intents, err := a.store.AckIntents(ctx, a.subscriptionID)
+	if err != nil {
+		return nil, err
+	}
+	proofs := make([]orbit.AckProof, len(intents))
+	for i, it := range intents {
+		proofs[i] = orbit.AckProof{DeliveryID: it.DeliveryID, Epoch: it.Epoch, LeaseSecret: it.LeaseSecret}
+	}
+	return proofs, nil
+}
+
+// AckIntentSettled clears the intent of an answered proof.
+func (a ackIntents) AckIntentSettled(ctx context.Context, p orbit.AckProof) error {
+	return a.store.AckIntentClear(ctx, a.subscriptionID, p.DeliveryID, p.Epoch)
+}
+
+var _ orbit.AckIntentStore = ackIntents{}

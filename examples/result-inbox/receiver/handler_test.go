@@ -36,7 +36,7 @@ func succeededOn(queue string) []byte {
 // delivery wraps raw as the SDK hands a delivery to a handler.
 func delivery(raw []byte) *orbit.Delivery {
 	return &orbit.Delivery{
-		EventDelivery: orbit.EventDelivery{ID: "11112222333344445555666677778888", EventID: testEventID, State: orbit.DeliveryStateLeased},
+		EventDelivery: orbit.EventDelivery{ID: "11112222333344445555666677778888", SubscriptionID: "99990000999900009999000099990000", EventID: testEventID, State: orbit.DeliveryStateLeased},
 		Event:         orbit.ResultEvent{ID: testEventID, Type: orbit.EventTypeTaskSucceeded, AggregateID: testTask},
 		EventJSON:     raw,
 		Proof:         orbit.AckProof{DeliveryID: "11112222333344445555666677778888", Epoch: 1, LeaseSecret: leaseSecret},

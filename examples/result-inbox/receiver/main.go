@@ -8,7 +8,7 @@ import (
 )
 
 // ErrUsage is returned by Main for an unknown command.
-var ErrUsage = errors.New("unknown command; use init, demo or consume")
+var ErrUsage = errors.New("unknown command; use init, demo, consume or prune")
 
 // Main runs one receiver command with configuration from the environment.
 func Main(ctx context.Context, command string, out io.Writer, logger *slog.Logger) error {
@@ -31,6 +31,12 @@ func Main(ctx context.Context, command string, out io.Writer, logger *slog.Logge
 			return err
 		}
 		return Consume(ctx, cfg, out, logger)
+	case "prune":
+		cfg, err := LoadConfig(true)
+		if err != nil {
+			return err
+		}
+		return Prune(ctx, cfg, out)
 	}
 	return ErrUsage
 }

@@ -87,6 +87,23 @@ func (c *CommitCutter) CutNextCommit(mode CutMode) <-chan struct{} {
 	return c.done
 }
 
+// CutAll breaks every connection the proxy carries at this moment, as a
+// network failure between Orbit and MySQL would: a connection in the middle
+// of a transaction loses it (the server rolls it back), one waiting for a
+// reply never gets it. New connections are forwarded as before. It returns
+// how many connections it broke.
+func (c *CommitCutter) CutAll() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for conn := range c.conns {
+		conn.Close()
+		n++
+	}
+	// Each forwarded connection is a pair: the client's and the server's.
+	return n / 2
+}
+
 // take disarms the proxy and returns the mode and signal of the cut, if it
 // was armed.
 func (c *CommitCutter) take() (CutMode, chan struct{}) {

@@ -32,6 +32,9 @@ var (
 	idPattern     = regexp.MustCompile(`"[0-9a-f]{32}"`)
 	timePattern   = regexp.MustCompile(`"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z"`)
 	secretPattern = regexp.MustCompile(`"[A-Za-z0-9_-]{43}"`)
+	// agePattern matches ages measured when a response is made, which
+	// differ from run to run unless they are 0.
+	agePattern = regexp.MustCompile(`("[a-z_]*age_ms": )[1-9][0-9]*`)
 	fileLocks     sync.Map // path -> *sync.Mutex
 )
 
@@ -40,7 +43,8 @@ var (
 var placeholders = []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "a", "b", "c", "d", "e", "f"}
 
 // Normalize pretty-prints raw JSON with two-space indentation and replaces
-// ids, times and 32-byte secrets with stable placeholders.
+// ids, times, 32-byte secrets and non-zero ages (members ending in
+// age_ms) with stable placeholders.
 func Normalize(raw []byte) (string, error) {
 	var out bytes.Buffer
 	if err := json.Indent(&out, bytes.TrimSpace(raw), "", "  "); err != nil {
@@ -64,6 +68,7 @@ func Normalize(raw []byte) (string, error) {
 	})
 	s = timePattern.ReplaceAllString(s, `"2026-09-17T10:00:00Z"`)
 	s = secretPattern.ReplaceAllString(s, `"`+strings.Repeat("A", 43)+`"`)
+	s = agePattern.ReplaceAllString(s, "${1}1500")
 	return s, nil
 }
 

@@ -17,20 +17,12 @@
 //	import _ "github.com/orbitrun/orbit/modules/all"
 //
 // (an external test package, package x_test, where x is a module). Every
-// package that uses testdb stops the server and removes its files from
-// TestMain:
+// package that uses testdb stops the server, removes its files and checks
+// that its tests leaked no goroutine (F-7) from TestMain:
 //
 //	func TestMain(m *testing.M) { testdb.Main(m) }
 //
-// A package that also checks for leaked goroutines calls Run instead:
-//
-//	func TestMain(m *testing.M) {
-//		code := testdb.Run(m)
-//		if code == 0 {
-//			if err := goleak.Find(); err != nil { ... }
-//		}
-//		os.Exit(code)
-//	}
+// A TestMain that does more afterwards calls Run, then CheckLeaks.
 package testdb
 
 import (
@@ -40,6 +32,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -48,6 +41,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"go.uber.org/goleak"
 
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/migrate"
@@ -152,10 +146,27 @@ func NewEmpty(t testing.TB) string {
 	return h.dsn(h.createDatabase(t))
 }
 
-// Main runs the tests, then stops the server and removes its files, and
-// exits with the tests' exit code. Call it from TestMain.
+// Main runs the tests, then stops the server and removes its files, checks
+// for leaked goroutines when the tests passed, and exits with the tests'
+// exit code. Call it from TestMain.
 func Main(m *testing.M) {
-	os.Exit(Run(m))
+	os.Exit(CheckLeaks(Run(m)))
+}
+
+// CheckLeaks returns code, or 1 when code is 0 and a goroutine is still
+// running that the tests started and did not stop (goleak). Keep-alive
+// connections of http.DefaultClient to the test servers are closed first:
+// they end with the servers and are not leaks of the code under test.
+func CheckLeaks(code int) int {
+	if code != 0 {
+		return code
+	}
+	http.DefaultClient.CloseIdleConnections()
+	if err := goleak.Find(); err != nil {
+		fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+		return 1
+	}
+	return 0
 }
 
 // Run is Main without the exit: it runs the tests, cleans up and returns the

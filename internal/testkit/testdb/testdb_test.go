@@ -3,7 +3,6 @@ package testdb
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,21 +10,13 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"go.uber.org/goleak"
 
 	"github.com/orbitrun/orbit/internal/migrate"
 	"github.com/orbitrun/orbit/modules"
 )
 
 func TestMain(m *testing.M) {
-	code := Run(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(CheckLeaks(Run(m)))
 }
 
 // databaseName returns the name of the database a DSN points at.

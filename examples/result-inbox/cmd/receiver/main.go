@@ -15,15 +15,18 @@ import (
 	"github.com/orbitrun/orbit/examples/result-inbox/receiver"
 )
 
-const usage = `usage: receiver init|demo|consume
+const usage = `usage: receiver init|demo|consume|prune
 
-  init     create receiver_inbox and receiver_task_views in ORBIT_RECEIVER_DSN
+  init     create the receiver tables in ORBIT_RECEIVER_DSN, or those a newer
+           schema added
   demo     subscribe, submit and cancel a task, apply its result, pause
   consume  apply the results of ORBIT_SUBSCRIPTION_ID until SIGINT/SIGTERM
+  prune    delete Inbox records of events below the subscription's
+           redelivery horizon
 
 Environment: ORBIT_RECEIVER_DSN (the receiver's own database, named
 explicitly), ORBIT_URL, ORBIT_CREDENTIALS_FILE, ORBIT_TOKEN, ORBIT_QUEUE_ID,
-ORBIT_SUBSCRIPTION_ID (consume), RECEIVER_NAME (default task-result-view).
+ORBIT_SUBSCRIPTION_ID (consume, prune), RECEIVER_NAME (default task-result-view).
 `
 
 func main() {

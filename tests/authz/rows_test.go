@@ -1,0 +1,211 @@
+package authz_test
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/orbitrun/orbit/internal/auth"
+)
+
+// scope says how a route answers a caller that is authenticated and holds
+// the route's permission but has no right to the owner's resource.
+type scope int
+
+const (
+	// public routes answer everyone, with or without a credential.
+	public scope = iota
+	// self routes answer about the caller's own credential only.
+	self
+	// queued resources (tasks, and a queue named in a body or a hello) are
+	// visible to every credential of their namespace that holds a grant
+	// on their queue (T-3, docs/api/tasks.md); any other caller gets 404
+	// NOT_FOUND, as for one that does not exist (C-3).
+	queued
+	// owned resources (a subscription, its deliveries) belong to the
+	// credential that created them: every other credential gets 404
+	// NOT_FOUND, even in the same namespace on the same queue (S-1).
+	owned
+	// queueList lists a queue: 404 for a queue outside the caller's
+	// grants, only the queue's own rows otherwise.
+	queueList
+	// ownedList lists the caller's own resources on a queue: 404 for a
+	// queue outside its grants, and never another credential's rows.
+	ownedList
+	// grants lists the queues granted to the caller: 200 for any
+	// credential, with its own queues and no other.
+	grants
+)
+
+func (s scope) String() string {
+	return [...]string{"public", "self", "queued", "owned", "queueList", "ownedList", "grants"}[s]
+}
+
+// target names what a request acts on: the owner's real resources, random
+// IDs of nothing, or a caller's own resources.
+type target struct {
+	Queue, Task, Subscription, Delivery string
+}
+
+// request is one HTTP request, or one WebSocket upgrade and its hello.
+type request struct {
+	method, path, body string
+	// entry is set for a WebSocket entry.
+	entry *entry
+}
+
+// write reports whether the request changes something and so needs an
+// Idempotency-Key (C-13).
+func (r request) write() bool { return r.method == http.MethodPost || r.method == http.MethodDelete }
+
+// entry is the upgrade of a WebSocket entry and the hello sent after it.
+type entry struct {
+	subprotocol, helloType string
+	hello                  map[string]any
+}
+
+// row is the authorization contract of one route.
+type row struct {
+	// route is "METHOD /template" as the router holds it, or
+	// "WS /template" for a WebSocket entry (a route without methods).
+	route string
+	// variant names a second row of the same route, for a query that
+	// takes another path through its handler.
+	variant string
+	// permission is what the route requires (C-3); "" for any credential
+	// (or, with scope public, for no credential at all).
+	permission string
+	scope      scope
+	// mixed routes name a subscription and one of its deliveries: a
+	// caller is also refused the owner's delivery under its own
+	// subscription.
+	mixed bool
+	// ownMayBeEmpty is set for a list in which the caller's own queue may
+	// well hold nothing (nothing of its own is stuck).
+	ownMayBeEmpty bool
+	// request builds the route's request on a target.
+	request func(t target) request
+}
+
+// name is the row's name in the test's output.
+func (r row) name() string {
+	if r.variant == "" {
+		return r.route
+	}
+	return r.route + " (" + r.variant + ")"
+}
+
+// probeRevision is the expected_revision of every write of the matrix: so
+// stale that the owner's own request passes authorization and then fails
+// with 409 STATE_CONFLICT, so that the controls change nothing.
+const probeRevision = "999999"
+
+// probeCount is the expected_count of every bulk write of the matrix: more
+// than what the owner's subscription holds to retry or replay, so that the
+// owner's own request fails with 409 STATE_CONFLICT and changes nothing.
+const probeCount = 1000
+
+// rows is the matrix: a row per route of the server, read from its
+// router, and a variant row where a query takes another path through the
+// handler (stuck-work reports, dry runs). TestF4_AuthorizationMatrix fails
+// for a route without a row: a new route gets its row here, with its
+// permission and scope.
+var rows = []row{
+	{route: "GET /healthz", scope: public, request: get("/healthz")},
+	{route: "GET /readyz", scope: public, request: get("/readyz")},
+	{route: "GET /v1/credential", scope: self, request: get("/v1/credential")},
+	{route: "GET /v1/queues", scope: grants, request: get("/v1/queues")},
+
+	{route: "POST /v1/tasks", permission: auth.PermTasksSubmit, scope: queued, request: func(t target) request {
+		return post("/v1/tasks", `{"queue_id":%q,"input":{"probe":"authz"}}`, t.Queue)
+	}},
+	{route: "GET /v1/tasks", permission: auth.PermTasksRead, scope: queueList, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/v1/tasks?queue_id=" + t.Queue}
+	}},
+	{route: "GET /v1/tasks", variant: "stuck work", permission: auth.PermTasksRead, scope: queueList, ownMayBeEmpty: true, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/v1/tasks?state=RUNNING&older_than_ms=0&queue_id=" + t.Queue}
+	}},
+	{route: "GET /v1/tasks/{id}", permission: auth.PermTasksRead, scope: queued, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/v1/tasks/" + t.Task}
+	}},
+	{route: "POST /v1/tasks/{id}:cancel", permission: auth.PermTasksCancel, scope: queued, request: func(t target) request {
+		return post("/v1/tasks/"+t.Task+":cancel", `{"reason":"authz probe"}`)
+	}},
+	{route: "POST /v1/tasks/{id}:review", permission: auth.PermTasksReview, scope: queued, request: func(t target) request {
+		return post("/v1/tasks/"+t.Task+":review", `{"expected_revision":%q,"resolution":"failed","reason":"authz probe"}`, probeRevision)
+	}},
+
+	{route: "POST /v1/subscriptions", permission: auth.PermEventsManage, scope: queued, request: func(t target) request {
+		return post("/v1/subscriptions", `{"name":"authz-probe","queue_id":%q}`, t.Queue)
+	}},
+	{route: "GET /v1/subscriptions", permission: auth.PermEventsRead, scope: ownedList, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/v1/subscriptions?queue_id=" + t.Queue}
+	}},
+	{route: "GET /v1/subscriptions/{id}", permission: auth.PermEventsRead, scope: owned, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/v1/subscriptions/" + t.Subscription}
+	}},
+	{route: "POST /v1/subscriptions/{id}:configure", permission: auth.PermEventsManage, scope: owned, request: func(t target) request {
+		return post("/v1/subscriptions/"+t.Subscription+":configure", `{"expected_revision":%q,"enabled":false,"reason":"authz probe"}`, probeRevision)
+	}},
+	{route: "GET /v1/subscriptions/{id}/deliveries", permission: auth.PermEventsRead, scope: owned, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/v1/subscriptions/" + t.Subscription + "/deliveries"}
+	}},
+	{route: "GET /v1/subscriptions/{id}/deliveries", variant: "stuck work", permission: auth.PermEventsRead, scope: owned, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/v1/subscriptions/" + t.Subscription + "/deliveries?state=LEASED&older_than_ms=0"}
+	}},
+	{route: "POST /v1/subscriptions/{id}/deliveries:retry", permission: auth.PermEventsManage, scope: owned, request: func(t target) request {
+		return post("/v1/subscriptions/"+t.Subscription+"/deliveries:retry",
+			`{"filter":{"state":"EXPIRED"},"additional_attempts":1,"reason":"authz probe","expected_count":%d}`, probeCount)
+	}},
+	{route: "POST /v1/subscriptions/{id}:replay", permission: auth.PermEventsManage, scope: owned, request: func(t target) request {
+		return post("/v1/subscriptions/"+t.Subscription+":replay",
+			`{"from_sequence":"1","to_sequence":"1","reason":"authz probe","expected_count":%d}`, probeCount)
+	}},
+	{route: "POST /v1/subscriptions/{id}/deliveries:retry", variant: "dry run", permission: auth.PermEventsManage, scope: owned, request: func(t target) request {
+		return post("/v1/subscriptions/"+t.Subscription+"/deliveries:retry",
+			`{"filter":{"state":"EXPIRED"},"additional_attempts":1,"reason":"authz probe","dry_run":true}`)
+	}},
+	{route: "POST /v1/subscriptions/{id}:replay", variant: "dry run", permission: auth.PermEventsManage, scope: owned, request: func(t target) request {
+		return post("/v1/subscriptions/"+t.Subscription+":replay", `{"from_sequence":"1","to_sequence":"1","reason":"authz probe","dry_run":true}`)
+	}},
+	{route: "POST /v1/subscriptions/{id}:skip", permission: auth.PermEventsManage, scope: owned, request: func(t target) request {
+		return post("/v1/subscriptions/"+t.Subscription+":skip", `{"to_sequence":"head","expected_revision":%q,"reason":"authz probe"}`, probeRevision)
+	}},
+	{route: "DELETE /v1/subscriptions/{id}", permission: auth.PermEventsManage, scope: owned, request: func(t target) request {
+		return request{method: http.MethodDelete, path: "/v1/subscriptions/" + t.Subscription,
+			body: fmt.Sprintf(`{"expected_revision":%q,"reason":"authz probe"}`, probeRevision)}
+	}},
+	{route: "GET /v1/subscriptions/{id}/deliveries/{delivery_id}", permission: auth.PermEventsRead, scope: owned, mixed: true, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/v1/subscriptions/" + t.Subscription + "/deliveries/" + t.Delivery}
+	}},
+	{route: "POST /v1/subscriptions/{id}/deliveries/{delivery_id}:retry", permission: auth.PermEventsManage, scope: owned, mixed: true, request: func(t target) request {
+		return post("/v1/subscriptions/"+t.Subscription+"/deliveries/"+t.Delivery+":retry",
+			`{"expected_revision":%q,"reason":"authz probe","additional_attempts":1}`, probeRevision)
+	}},
+
+	// The WebSocket entries check the credential and the entry's
+	// permission before the upgrade (E-1), and the subscription's owner
+	// or the queue's grant at the hello (E-2, T-3): an error frame without
+	// session_id, then close 1008.
+	{route: "WS /v1/events/connect", permission: auth.PermEventsConsume, scope: owned, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/v1/events/connect", entry: &entry{
+			subprotocol: "orbit.events.v1", helloType: "events.hello",
+			hello: map[string]any{"subscription_id": t.Subscription, "capacity": 1},
+		}}
+	}},
+	{route: "WS /v1/workers/connect", permission: auth.PermTasksWork, scope: queued, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/v1/workers/connect", entry: &entry{
+			subprotocol: "orbit.workers.v1", helloType: "worker.hello",
+			hello: map[string]any{"queue_id": t.Queue, "capacity": 1},
+		}}
+	}},
+}
+
+// get returns the builder of a GET of path, which names no resource.
+func get(path string) func(target) request {
+	return func(target) request { return request{method: http.MethodGet, path: path} }
+}
+
+// post returns a POST of path with the body format filled with args.
+func post(path, format string, args ...any) request {
+	return request{method: http.MethodPost, path: path, body: fmt.Sprintf(format, args...)}
+}

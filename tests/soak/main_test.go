@@ -1,0 +1,11 @@
+//go:build soak
+
+package soak_test
+
+import (
+	"testing"
+
+	"github.com/orbitrun/orbit/internal/testkit/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
