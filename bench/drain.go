@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/tracing"
 	"github.com/orbitrun/orbit/modules/tasks"
 	orbit "github.com/orbitrun/orbit/sdk/go"
 )
@@ -46,11 +47,17 @@ type drainResult struct {
 	// PerSecond is the number of acknowledgements confirmed in each second
 	// of the drain.
 	PerSecond []int
+	// Traced is set for the drain with the server's tracing exporter on;
+	// Exports and ExportBytes are what the OTLP exporter sent.
+	Traced               bool
+	Exports, ExportBytes int64
 }
 
 // prefill appends n task.cancelled results to the queue's log through the
 // tasks store (TaskInsert, then TaskCancel, which appends), prefillTx per
-// transaction.
+// transaction. Every task has a sampled W3C trace context of its own, as
+// if a traced producer had submitted it, so that every delivery carries
+// one.
 func prefill(ctx context.Context, e *env, queue string, n int) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -69,6 +76,7 @@ func prefill(ctx context.Context, e *env, queue string, n int) error {
 						t, err := tasks.TaskInsert(ctx, tx, &tasks.TaskInsertParams{
 							NamespaceID: e.cred.NamespaceID, QueueID: e.cred.Queues[queue], CredentialID: e.cred.ID,
 							Input: fmt.Appendf(nil, `{"i":%d}`, start+i), MaxAttempts: 3,
+							Trace: tracing.Context{Parent: "00-" + db.NewID() + "-" + db.NewID()[:16] + "-01"},
 						})
 						if err != nil {
 							return err
@@ -119,22 +127,25 @@ func drainHandler(nackFirst bool) orbit.EventHandler {
 	}
 }
 
-// runDrain fills a queue's log with n results, then measures how fast
-// drainConsumers consumers of one new subscription (from sequence 0)
-// receive and acknowledge them all, under a CPU profile. The queue is
-// "drain"; with nackFirst it is "nack" and every event is NACKed once
-// with delay 0 before it is acknowledged.
-func runDrain(ctx context.Context, e *env, n int, timeout time.Duration, nackFirst bool) (*drainResult, error) {
+// runDrain fills a queue's log with n results, unless prefilled says how
+// long an earlier run took to fill it, then measures how fast
+// drainConsumers consumers of one new subscription named name (from
+// sequence 0) receive and acknowledge them all, under a CPU profile. The
+// queue is "drain"; with nackFirst it is "nack" and every event is NACKed
+// once with delay 0 before it is acknowledged.
+func runDrain(ctx context.Context, e *env, name string, n int, prefilled, timeout time.Duration, nackFirst bool) (*drainResult, error) {
 	queue := "drain"
 	if nackFirst {
 		queue = "nack"
 	}
-	res := &drainResult{Events: n}
-	start := time.Now()
-	if err := prefill(ctx, e, queue, n); err != nil {
-		return nil, err
+	res := &drainResult{Events: n, Prefill: prefilled}
+	if prefilled == 0 {
+		start := time.Now()
+		if err := prefill(ctx, e, queue, n); err != nil {
+			return nil, err
+		}
+		res.Prefill = time.Since(start)
 	}
-	res.Prefill = time.Since(start)
 	res.PrefillRate = float64(n) / res.Prefill.Seconds()
 
 	client, hc, err := e.newClient(4)
@@ -143,7 +154,7 @@ func runDrain(ctx context.Context, e *env, n int, timeout time.Duration, nackFir
 	}
 	defer hc.CloseIdleConnections()
 
-	res.Profile = filepath.Join(e.dir, queue+".cpu.pprof")
+	res.Profile = filepath.Join(e.dir, name+".cpu.pprof")
 	f, err := os.Create(res.Profile)
 	if err != nil {
 		return nil, err
@@ -167,7 +178,7 @@ func runDrain(ctx context.Context, e *env, n int, timeout time.Duration, nackFir
 	defer sampler.stop()
 	zero := uint64(0)
 	began := time.Now()
-	sub, err := e.subscribe(ctx, client, queue, queue, &zero, drainMaxPending)
+	sub, err := e.subscribe(ctx, client, name, queue, &zero, drainMaxPending)
 	if err != nil {
 		return nil, err
 	}
@@ -254,4 +265,39 @@ func pprofTop(ctx context.Context, path string) string {
 		fmt.Fprintf(&b, "sorted by %s:\n%s\n\n", strings.TrimPrefix(mode, "-"), strings.Join(lines, "\n"))
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// runTracedDrain runs the drain again on a server whose tracing exporter
+// is on (tracing.otlp_endpoint set to a local sink, every trace sampled),
+// then goes back to a server without tracing for the rows after it.
+func runTracedDrain(ctx context.Context, e *env, n int, prefilled time.Duration) (_ *drainResult, err error) {
+	sink, err := startOTLPSink()
+	if err != nil {
+		return nil, err
+	}
+	defer sink.close()
+	traces, err := tracing.Open(ctx, tracing.Config{OTLPEndpoint: sink.URL(), SampleRatio: 1, ServiceVersion: "bench"})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if rerr := e.restartServer(ctx, nil); err == nil {
+			err = rerr
+		}
+	}()
+	if err := e.restartServer(ctx, traces.TracerProvider()); err != nil {
+		return nil, err
+	}
+	res, err := runDrain(ctx, e, "drain-traced", n, prefilled, 4*time.Minute, false)
+	if err != nil {
+		return nil, err
+	}
+	flushCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := traces.Shutdown(flushCtx); err != nil {
+		return nil, err
+	}
+	res.Traced = true
+	res.Exports, res.ExportBytes = sink.requests.Load(), sink.bytes.Load()
+	return res, nil
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/orbitrun/orbit/cmd/orbit/server"
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
@@ -120,29 +122,60 @@ func startEnv(ctx context.Context, log *slog.Logger) (_ *env, err error) {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 
-	e.instances = modules.NewInstances()
-	if err := e.instances.Validate(); err != nil {
-		return nil, fmt.Errorf("module config: %w", err)
-	}
-	e.tasks = e.instances["tasks"].(*tasks.Module)
-	e.srv, err = server.New(ctx, server.Params{Config: e.cfg, DB: e.pool, Logger: log, Instances: e.instances})
-	if err != nil {
-		return nil, fmt.Errorf("orbit server: %w", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	if err := e.startServer(ctx, nil); err != nil {
 		return nil, err
 	}
-	// The modules' background loops live until Stop, not until ctx ends.
-	if err := e.srv.Start(context.WithoutCancel(ctx), ln); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("orbit server: start: %w", err)
-	}
-	e.url = "http://" + ln.Addr().String()
 	if err := e.createCredential(ctx); err != nil {
 		return nil, err
 	}
 	return e, nil
+}
+
+// startServer starts an Orbit server with fresh module instances on a new
+// loopback port, with tp as its tracer provider (nil: tracing off, the
+// default).
+func (e *env) startServer(ctx context.Context, tp trace.TracerProvider) (err error) {
+	e.instances = modules.NewInstances()
+	if err := e.instances.Validate(); err != nil {
+		return fmt.Errorf("module config: %w", err)
+	}
+	e.tasks = e.instances["tasks"].(*tasks.Module)
+	e.srv, err = server.New(ctx, server.Params{Config: e.cfg, DB: e.pool, Logger: e.log, Instances: e.instances, Tracing: tp})
+	if err != nil {
+		e.srv = nil
+		return fmt.Errorf("orbit server: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	// The modules' background loops live until Stop, not until ctx ends.
+	if err := e.srv.Start(context.WithoutCancel(ctx), ln); err != nil {
+		ln.Close()
+		return fmt.Errorf("orbit server: start: %w", err)
+	}
+	e.url = "http://" + ln.Addr().String()
+	return nil
+}
+
+// restartServer stops the Orbit server and starts another on the same
+// database with tp as its tracer provider.
+func (e *env) restartServer(ctx context.Context, tp trace.TracerProvider) error {
+	e.stopServer()
+	return e.startServer(ctx, tp)
+}
+
+// stopServer stops the Orbit server, if one runs.
+func (e *env) stopServer() {
+	if e.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := e.srv.Stop(ctx); err != nil {
+		e.log.Warn("stop orbit server", "err", err)
+	}
+	e.srv = nil
 }
 
 // readSettings reads the server facts that decide what a commit costs.
@@ -206,13 +239,7 @@ func (e *env) createCredential(ctx context.Context) error {
 // close stops the Orbit server and the database server and removes the
 // temporary directory. It is safe on a partly started env.
 func (e *env) close() {
-	if e.srv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		if err := e.srv.Stop(ctx); err != nil {
-			e.log.Warn("stop orbit server", "err", err)
-		}
-		cancel()
-	}
+	e.stopServer()
 	if e.pool != nil {
 		e.pool.Close()
 	}

@@ -93,13 +93,15 @@ type results struct {
 	opts     options
 	raw      []rawResult
 	drain    *drainResult
-	nack     *drainResult // the drain with every event NACKed once
-	rss      *rssResult
-	metrics  *metricsResult
-	live     *liveResult
-	latency  []latencyResult
-	peerPub  *peerPublish
-	peer     []*peerResult
+	// drainTraced is the same drain with the server's tracing exporter on.
+	drainTraced *drainResult
+	nack        *drainResult // the drain with every event NACKed once
+	rss         *rssResult
+	metrics     *metricsResult
+	live        *liveResult
+	latency     []latencyResult
+	peerPub     *peerPublish
+	peer        []*peerResult
 
 	loadStart, loadEnd string
 	runCost            cost // from the server's start to the last row
@@ -154,17 +156,25 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 
 	if o.runs("drain") {
 		step("backlog drain: appending %d results, then draining them with %d consumers", o.drainEvents, drainConsumers)
-		if r.drain, err = runDrain(ctx, e, o.drainEvents, 4*time.Minute, false); err != nil {
+		if r.drain, err = runDrain(ctx, e, "drain", o.drainEvents, 0, 4*time.Minute, false); err != nil {
 			return err
 		}
 		step("%s", r.drain.summary())
 		if len(o.only) > 0 {
 			fmt.Fprintf(os.Stderr, "%s\n%s\n%s\n", costLine(r.drain.Cost, r.drain.Events), r.drain.DBSamples, r.drain.ProfileTop)
 		}
+		step("backlog drain again, from sequence 0 of the same log, with the server's tracing exporter on")
+		if r.drainTraced, err = runTracedDrain(ctx, e, o.drainEvents, r.drain.Prefill); err != nil {
+			return err
+		}
+		step("%s", r.drainTraced.summary())
+		if len(o.only) > 0 {
+			fmt.Fprintf(os.Stderr, "%s\n%s\n", costLine(r.drainTraced.Cost, r.drainTraced.Events), r.drainTraced.ProfileTop)
+		}
 	}
 	if o.runs("nack") {
 		step("NACK-then-ACK drain: appending %d results, then NACKing each once (delay 0) and ACKing it with %d consumers", o.drainEvents, drainConsumers)
-		if r.nack, err = runDrain(ctx, e, o.drainEvents, 8*time.Minute, true); err != nil {
+		if r.nack, err = runDrain(ctx, e, "nack", o.drainEvents, 0, 8*time.Minute, true); err != nil {
 			return err
 		}
 		step("NACK-then-ACK %s", r.nack.summary())

@@ -56,8 +56,12 @@ func (r *results) table() string {
 			m.Queues, m.Subscriptions, m.Deliveries, m.Queries, ms(m.P50), metricsRefreshes, ms(m.Max))
 	}
 	d := r.drain
-	fmt.Fprintf(w, "orbit backlog drain\t%s results in log · 1 sub (from 0, max_pending %d) · %d consumers × cap %d\t%s delivered+ACKed/s\t%s\t%s\n",
+	fmt.Fprintf(w, "orbit backlog drain, tracing off\t%s results in log · 1 sub (from 0, max_pending %d) · %d consumers × cap %d\t%s delivered+ACKed/s\t%s\t%s\n",
 		num(float64(d.Events)), drainMaxPending, drainConsumers, consumerCapacity, num(d.Rate), perItem(d.Cost, d.Events), cpu(d.Cost))
+	if dt := r.drainTraced; dt != nil {
+		fmt.Fprintf(w, "orbit backlog drain, tracing on\tthe same log again · a new sub from 0 · OTLP/HTTP exporter, every trace sampled\t%s delivered+ACKed/s (%.0f %% of tracing off); %s OTLP export requests, %s KiB sent\t%s\t%s\n",
+			num(dt.Rate), 100*dt.Rate/d.Rate, num(float64(dt.Exports)), num(float64(dt.ExportBytes)/1024), perItem(dt.Cost, dt.Events), cpu(dt.Cost))
+	}
 	if n := r.nack; n != nil {
 		fmt.Fprintf(w, "orbit backlog NACK-then-ACK\t%s results in log · every event NACKed once (delay 0), then ACKed · %d consumers × cap %d\t%s events NACKed+redelivered+ACKed/s\t%s\t%s\n",
 			num(float64(n.Events)), drainConsumers, consumerCapacity, num(n.Rate), perItem(n.Cost, n.Events), cpu(n.Cost))
@@ -117,6 +121,7 @@ func (r *results) table() string {
 		config.DefaultMetricsRefreshInterval, scrapeInterval, metricsRefreshes, metricsQueues, metricsSubscriptions, metricsResults, metricsPending)
 	fmt.Fprintf(&b, "- drain: results are task.cancelled events appended with the tasks store (TaskInsert + TaskCancel, %d per transaction, %d writers): %s appended at %s/s before the clock starts; clock from subscription creation to the last confirmed ACK\n",
 		prefillTx, prefillWorkers, num(float64(d.Events)), num(d.PrefillRate))
+	fmt.Fprintf(&b, "- tracing: every drained task carries a sampled W3C trace context (as from a traced producer), so every event.deliver carries one, read with the event (a join on the task) and parsed by the SDK consumer; \"tracing off\" is the default server (no tracing.otlp_endpoint: no tracer provider, no span), \"tracing on\" a server restarted with tracing.otlp_endpoint set to a local sink that discards what it receives, sample_ratio 1: one event.deliver span per delivery, batched and exported with OTLP/HTTP; the consumers' global tracer provider is OpenTelemetry's no-op\n")
 	fmt.Fprintf(&b, "- live: %d tasks submitted with the SDK client (1 task per request, %d goroutines), completed by SDK workers (handler returns at once), delivered to SDK consumers (no-op handler); clock from the first submission to the last confirmed ACK; submissions ran at %s/s; results were committed at %s/s (first submission → last result in the log)\n",
 		l.Tasks, liveQueues*liveSubmitters, num(l.SubmitRate), num(l.CommitRate))
 	fmt.Fprintf(&b, "- latency: each result is a PENDING task cancelled on a fixed schedule (open loop, results not started within the window are dropped) for %s per row, either by \"store commits\" (tasks.TaskCancel in its own transaction, one result per commit, then the node's wake-up, as the HTTP handler does: what the delivery path sees at the offered rate) or by \"HTTP cancels\" (POST /v1/tasks/{id}:cancel through the SDK client, whose own cost can cap the rate); latency = consumer handler start − event occurred_at (stamped inside the appending transaction just before COMMIT, so it includes the commit); one process, one clock\n",

@@ -10,6 +10,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +35,9 @@ const (
 	// DefaultMetricsRefreshInterval is how often the database-backed
 	// gauges are recomputed.
 	DefaultMetricsRefreshInterval = 10 * time.Second
+	// DefaultTraceSampleRatio samples every trace that starts at the
+	// server; a span with a parent follows its parent's decision.
+	DefaultTraceSampleRatio = 1.0
 )
 
 // Config holds the core sections shared by every command. Module sections
@@ -43,6 +47,7 @@ type Config struct {
 	Database Database `yaml:"database"`
 	Log      Log      `yaml:"log"`
 	Metrics  Metrics  `yaml:"metrics"`
+	Tracing  Tracing  `yaml:"tracing"`
 }
 
 // Server configures the HTTP listener of `orbit serve`.
@@ -100,6 +105,18 @@ type Log struct {
 	Format string `yaml:"format"`
 }
 
+// Tracing configures the export of the server's spans (O-5). Trace
+// context sent by clients is stored and passed on whether or not it is set.
+type Tracing struct {
+	// OTLPEndpoint is the OTLP/HTTP traces URL of a collector, such as
+	// http://127.0.0.1:4318 (a URL without a path gets /v1/traces). Empty,
+	// the default, exports nothing and starts no span.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
+	// SampleRatio is the share of traces starting at the server that are
+	// sampled, 0 to 1.
+	SampleRatio float64 `yaml:"sample_ratio"`
+}
+
 // Default returns the core config with every default filled in.
 func Default() *Config {
 	return &Config{
@@ -114,6 +131,7 @@ func Default() *Config {
 		Metrics:  Metrics{RefreshInterval: DefaultMetricsRefreshInterval},
 		Database: Database{MaxOpenConns: DefaultMaxOpenConns},
 		Log:      Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		Tracing:  Tracing{SampleRatio: DefaultTraceSampleRatio},
 	}
 }
 
@@ -158,6 +176,12 @@ func (c *Config) ValidateAt(positions map[string]string) error {
 	default:
 		add("log.format", "must be text or json, got %q", c.Log.Format)
 	}
+	if reason := endpointProblem(c.Tracing.OTLPEndpoint); reason != "" {
+		add("tracing.otlp_endpoint", "%s", reason)
+	}
+	if r := c.Tracing.SampleRatio; !(r >= 0 && r <= 1) {
+		add("tracing.sample_ratio", "must be between 0 and 1, got %v", r)
+	}
 	return problems.Err()
 }
 
@@ -172,6 +196,28 @@ func listenProblem(listen string) string {
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return fmt.Sprintf("must end in a port number from 0 to 65535, got %q", listen)
+	}
+	return ""
+}
+
+// endpointProblem returns what is wrong with a non-empty OTLP endpoint, or
+// "". The message never repeats the URL, which might hold a secret.
+func endpointProblem(endpoint string) string {
+	if endpoint == "" {
+		return ""
+	}
+	u, err := url.Parse(endpoint)
+	switch {
+	case err != nil:
+		return "is not a valid URL"
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "must be an http:// or https:// URL, such as http://127.0.0.1:4318"
+	case u.Host == "":
+		return "has no host"
+	case u.User != nil:
+		return "must not contain user information"
+	case u.RawQuery != "" || u.Fragment != "":
+		return "must not contain a query or a fragment"
 	}
 	return ""
 }

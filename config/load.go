@@ -49,7 +49,7 @@ type Source struct {
 // hold their defaults. It returns every error at once: unknown keys with their
 // file positions, wrong types and unreadable values, each naming its key.
 func Load(src Source, core *Config, modules map[string]any) (string, error) {
-	sections := map[string]any{"server": &core.Server, "database": &core.Database, "log": &core.Log, "metrics": &core.Metrics}
+	sections := map[string]any{"server": &core.Server, "database": &core.Database, "log": &core.Log, "metrics": &core.Metrics, "tracing": &core.Tracing}
 	for id, section := range modules {
 		if _, dup := sections[id]; dup {
 			return "", fmt.Errorf("config: module section %q clashes with a core section", id)
@@ -195,7 +195,7 @@ func EnvName(key string) string {
 
 // Keys returns every known key of the given sections, sorted.
 func Keys(core *Config, modules map[string]any) []string {
-	sections := map[string]any{"server": &core.Server, "database": &core.Database, "log": &core.Log, "metrics": &core.Metrics}
+	sections := map[string]any{"server": &core.Server, "database": &core.Database, "log": &core.Log, "metrics": &core.Metrics, "tracing": &core.Tracing}
 	for id, s := range modules {
 		sections[id] = s
 	}

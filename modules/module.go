@@ -22,6 +22,7 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/metrics"
@@ -133,6 +134,10 @@ type Env struct {
 	// Provision. It is nil for commands that do not serve; the kit's
 	// methods accept that.
 	Metrics *metrics.Registry
+	// Tracing is the node's tracer provider, or nil when tracing is off
+	// (tracing.otlp_endpoint unset): modules make their tracers with
+	// tracing.NewTracer, which is off for nil.
+	Tracing trace.TracerProvider
 
 	host *Host
 }

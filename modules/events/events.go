@@ -14,6 +14,7 @@ import (
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/batch"
+	"github.com/orbitrun/orbit/internal/tracing"
 	"github.com/orbitrun/orbit/internal/wsx"
 	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/subscriptions"
@@ -117,6 +118,7 @@ type Module struct {
 	controls *batch.Batcher[*controlRequest]
 	logger   *slog.Logger
 	metrics  *eventMetrics
+	tracer   tracing.Tracer
 }
 
 // OrbitModule returns the module's info.
@@ -182,6 +184,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	}
 	m.auth = a
 	m.logger = env.Logger.With("module", "events")
+	m.tracer = tracing.NewTracer(env.Tracing, tracerName)
 	m.acks = newAckBatcher(s, s.MaterializeSoon)
 	m.controls = newControlBatcher(s)
 	m.pool = newClaimPool(m.cfg.ClaimsInFlight, m.cfg.ClaimsPerApp, m.cfg.ClaimsQueued, m.cfg.ClaimsPerRound)

@@ -447,8 +447,15 @@ func (e *env) retry(t testing.TB, cred servertest.Credential, subscriptionID, id
 // then cancel) and returns the task id.
 func (e *env) result(t testing.TB, cred servertest.Credential) string {
 	t.Helper()
+	return e.resultWith(t, cred, nil)
+}
+
+// resultWith is result with the submit's extra request headers, such as
+// traceparent.
+func (e *env) resultWith(t testing.TB, cred servertest.Credential, header http.Header) string {
+	t.Helper()
 	r := e.srv.Do(t, servertest.Request{Method: http.MethodPost, Path: "/v1/tasks", Token: cred.Token, IdempotencyKey: newKey(),
-		Body: fmt.Sprintf(`{"queue_id":%q,"input":{}}`, cred.QueueID)})
+		Body: fmt.Sprintf(`{"queue_id":%q,"input":{}}`, cred.QueueID), Header: header})
 	if r.Status != http.StatusCreated {
 		t.Fatalf("submit: %d %s", r.Status, r.Body)
 	}

@@ -9,10 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/batch"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/tracing"
 	"github.com/orbitrun/orbit/internal/wsx"
 	"github.com/orbitrun/orbit/modules/subscriptions"
 	"github.com/orbitrun/orbit/modules/tasks"
@@ -50,6 +53,9 @@ type deliverBody struct {
 	Delivery    subscriptions.DeliveryView `json:"delivery"`
 	Event       tasks.Event                `json:"event"`
 	LeaseSecret string                     `json:"lease_secret"`
+	// Trace is the W3C trace context of the event's task, or the delivery
+	// span's when the node traces; left out when the task has none (O-5).
+	Trace *tracing.Context `json:"trace,omitzero"`
 }
 
 type ackBody struct {
@@ -437,7 +443,15 @@ func (s *session) Dispatch() {
 // is not written is given back at once (deliveryUnsent). It returns false
 // when the connection is closing.
 func (s *session) deliver(l *subscriptions.Lease) bool {
-	body := deliverBody{Delivery: l.Delivery.View(), Event: l.Event, LeaseSecret: l.Secret}
+	_, span, traceCtx := s.m.tracer.Start(s.c.Context(), spanDeliver, trace.SpanKindProducer, l.Event.Trace)
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrDeliveryID.String(l.Delivery.ID), tracing.AttrSubscriptionID.String(s.subscription.ID),
+			tracing.AttrEventID.String(l.Event.ID), tracing.AttrEventType.String(l.Event.Type),
+			tracing.AttrEventSequence.Int64(int64(l.Event.Sequence)), tracing.AttrTaskID.String(l.Event.AggregateID),
+			tracing.AttrSessionID.String(s.id))
+	}
+	body := deliverBody{Delivery: l.Delivery.View(), Event: l.Event, LeaseSecret: l.Secret, Trace: traceCtx.Ptr()}
 	sent := true
 	open := s.c.SendLease(typeDeliver, body, func(err error) { sent = false; s.deliveryUnsent(l, err) })
 	if sent {

@@ -11,12 +11,14 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/gorilla/mux"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orbitrun/orbit/internal/audit"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/idem"
+	"github.com/orbitrun/orbit/internal/tracing"
 )
 
 // Limits of task requests.
@@ -48,6 +50,14 @@ type taskReceipt struct {
 }
 
 func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
+	// The task keeps the producer's trace context (O-5), or the context of
+	// this request's span when the node traces: the worker's and the
+	// consumers' spans become its descendants.
+	ctx, span, traceCtx := m.tracer.Start(r.Context(), spanSubmit, trace.SpanKindServer, tracing.FromHeader(r.Header))
+	defer span.End()
+	if span.IsRecording() {
+		r = r.WithContext(ctx)
+	}
 	var req submitRequest
 	idem.Write(w, r, m.store.pool(), &req, func(p *auth.Principal) (idem.Change, error) {
 		if err := httpx.Required(
@@ -77,12 +87,15 @@ func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 		return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
 			t, err := TaskInsert(ctx, tx, &TaskInsertParams{
 				NamespaceID: p.NamespaceID, QueueID: *req.QueueID, CredentialID: p.CredentialID,
-				Input: input, Idempotent: idempotent, MaxAttempts: maxAttempts,
+				Input: input, Idempotent: idempotent, MaxAttempts: maxAttempts, Trace: traceCtx,
 			})
 			if err != nil {
 				return 0, nil, err
 			}
 			db.OnCommit(tx, func() { m.store.metrics.submittedTask(t) })
+			if span.IsRecording() {
+				span.SetAttributes(tracing.AttrTaskID.String(t.ID), tracing.AttrQueueID.String(t.QueueID))
+			}
 			return http.StatusCreated, taskReceipt{Task: t.view(false)}, nil
 		}, nil
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/tracing"
 )
 
 // Attempt states.
@@ -247,6 +248,9 @@ type CompleteOutcome struct {
 	Reply CompleteReply
 	Event *Event
 	Err   error
+	// Trace is the task's trace context when the completion was applied
+	// (not on a repeat), for the completion's span.
+	Trace tracing.Context
 }
 
 // AttemptCompleteBatch applies workers' outcomes (T-5, T-7) in one transaction, so
@@ -349,7 +353,7 @@ func (s *Store) AttemptCompleteBatch(ctx context.Context, completions []*Attempt
 				p.Outcome, string(stored), now, p.AttemptID); err != nil {
 				return err
 			}
-			outcomes[l.i] = CompleteOutcome{Reply: reply, Event: ev}
+			outcomes[l.i] = CompleteOutcome{Reply: reply, Event: ev, Trace: t.Trace}
 		}
 		// A repeat of a proof within the batch is answered like a repeat
 		// after it: the original reply, deduplicated.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/tracing"
 )
 
 // Task states.
@@ -77,6 +78,9 @@ type Task struct {
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
 	FinishedAt       *time.Time
+	// Trace is the W3C trace context kept with the task (O-5); zero when
+	// none. It is never part of the task's wire form.
+	Trace tracing.Context
 }
 
 // TaskError is the error of a failed task.
@@ -162,4 +166,9 @@ type Event struct {
 	// queueID and namespaceID label the metrics of an event appended by
 	// this node; they are not part of the wire form.
 	queueID, namespaceID string
+
+	// Trace is the trace context of the event's task, read only with the
+	// events a claim delivers (EventsBySequence); never part of the event's
+	// JSON: event.deliver carries it beside the event, as trace.
+	Trace tracing.Context `json:"-"`
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/tracing"
 )
 
 // The result log (T-8 … T-11).
@@ -193,18 +194,25 @@ func eventsBySequence(ctx context.Context, q Querier, queueID string, sequences 
 	for _, seq := range sequences {
 		args = append(args, seq)
 	}
+	// The event's trace context is its task's: the join reads it in the
+	// same statement, one primary-key lookup per event, so that a
+	// delivery costs no query of its own.
 	rows, err := q.QueryContext(ctx, `
-		SELECT id, sequence, type, task_id, task_revision, occurred_at, details, snapshot
-		FROM result_events WHERE queue_id = ? AND sequence IN (`+db.Placeholders(len(sequences))+`)`, args...)
+		SELECT e.id, e.sequence, e.type, e.task_id, e.task_revision, e.occurred_at, e.details, e.snapshot,
+			t.trace_parent, t.trace_state
+		FROM result_events e LEFT JOIN tasks t ON t.id = e.task_id
+		WHERE e.queue_id = ? AND e.sequence IN (`+db.Placeholders(len(sequences))+`)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: get events: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		ev, err := scanEvent(rows)
+		var parent, state sql.NullString
+		ev, err := scanEvent(rows, &parent, &state)
 		if err != nil {
 			return nil, err
 		}
+		ev.Trace = tracing.Context{Parent: parent.String, State: state.String}
 		out[uint64(ev.Sequence)] = ev
 	}
 	if err := rows.Err(); err != nil {
@@ -231,7 +239,9 @@ func EventGet(ctx context.Context, q Querier, queueID, eventID string) (Event, e
 	return scanEvent(rows)
 }
 
-func scanEvent(rows *sql.Rows) (Event, error) {
+// scanEvent reads an event's columns and then into extra, for the
+// columns a query adds after them.
+func scanEvent(rows *sql.Rows, extra ...any) (Event, error) {
 	var (
 		ev       Event
 		seq, rev uint64
@@ -239,7 +249,8 @@ func scanEvent(rows *sql.Rows) (Event, error) {
 		details  []byte
 		snapshot []byte
 	)
-	if err := rows.Scan(&ev.ID, &seq, &ev.Type, &ev.AggregateID, &rev, &at, &details, &snapshot); err != nil {
+	dest := append([]any{&ev.ID, &seq, &ev.Type, &ev.AggregateID, &rev, &at, &details, &snapshot}, extra...)
+	if err := rows.Scan(dest...); err != nil {
 		return Event{}, fmt.Errorf("tasks: scan event: %w", err)
 	}
 	ev.Sequence, ev.AggregateRevision = httpx.Uint64(seq), httpx.Uint64(rev)

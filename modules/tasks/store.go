@@ -10,6 +10,7 @@ import (
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/tracing"
 	"github.com/orbitrun/orbit/internal/wake"
 )
 
@@ -101,7 +102,7 @@ func (s *Store) Tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 
 const taskColumns = `id, namespace_id, queue_id, credential_id, state, revision, idempotent, max_attempts, attempts,
 	effect_uncertain, cancel_requested, current_attempt_id, lease_epoch, input, result, error_code, error_message,
-	available_at, created_at, updated_at, finished_at`
+	available_at, created_at, updated_at, finished_at, trace_parent, trace_state`
 
 type scanner = db.Scanner
 
@@ -112,12 +113,14 @@ func scanTask(row scanner) (*Task, error) {
 		result            []byte
 		errCode, errMsg   sql.NullString
 		finished          sql.NullTime
+		traceParent       sql.NullString
+		traceState        sql.NullString
 		input             []byte
 		idempotent, uncer bool
 	)
 	err := row.Scan(&t.ID, &t.NamespaceID, &t.QueueID, &t.CredentialID, &t.State, &t.Revision, &idempotent,
 		&t.MaxAttempts, &t.Attempts, &uncer, &t.CancelRequested, &attempt, &t.LeaseEpoch, &input, &result,
-		&errCode, &errMsg, &t.AvailableAt, &t.CreatedAt, &t.UpdatedAt, &finished)
+		&errCode, &errMsg, &t.AvailableAt, &t.CreatedAt, &t.UpdatedAt, &finished, &traceParent, &traceState)
 	if err != nil {
 		return nil, err
 	}
@@ -128,6 +131,7 @@ func scanTask(row scanner) (*Task, error) {
 		t.Result = result
 	}
 	t.ErrorCode, t.ErrorMessage = errCode.String, errMsg.String
+	t.Trace = tracing.Context{Parent: traceParent.String, State: traceState.String}
 	if finished.Valid {
 		f := finished.Time
 		t.FinishedAt = &f
@@ -143,6 +147,8 @@ type TaskInsertParams struct {
 	Input        []byte
 	Idempotent   bool
 	MaxAttempts  int
+	// Trace is the W3C trace context to keep with the task; zero for none.
+	Trace tracing.Context
 }
 
 // TaskInsert stores a new PENDING task in tx.
@@ -151,17 +157,26 @@ func TaskInsert(ctx context.Context, tx *sql.Tx, p *TaskInsertParams) (*Task, er
 	t := &Task{
 		ID: db.NewID(), NamespaceID: p.NamespaceID, QueueID: p.QueueID, CredentialID: p.CredentialID,
 		State: StatePending, Revision: 1, Idempotent: p.Idempotent, MaxAttempts: p.MaxAttempts,
-		Input: p.Input, AvailableAt: now, CreatedAt: now, UpdatedAt: now,
+		Input: p.Input, AvailableAt: now, CreatedAt: now, UpdatedAt: now, Trace: p.Trace,
 	}
 	_, err := tx.ExecContext(ctx, `
 		INSERT INTO tasks (id, namespace_id, queue_id, credential_id, state, revision, idempotent, max_attempts,
-			input, available_at, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)`,
-		t.ID, t.NamespaceID, t.QueueID, t.CredentialID, t.State, t.Idempotent, t.MaxAttempts, string(t.Input), now, now, now)
+			input, available_at, created_at, updated_at, trace_parent, trace_state)
+		VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		t.ID, t.NamespaceID, t.QueueID, t.CredentialID, t.State, t.Idempotent, t.MaxAttempts, string(t.Input), now, now, now,
+		nullString(t.Trace.Parent), nullString(t.Trace.State))
 	if err != nil {
 		return nil, fmt.Errorf("tasks: insert: %w", err)
 	}
 	return t, nil
+}
+
+// nullString is s, or NULL when s is empty.
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 // TaskGet returns a task by id, or sql.ErrNoRows.

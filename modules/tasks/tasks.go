@@ -16,6 +16,7 @@ import (
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/bg"
 	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/tracing"
 	"github.com/orbitrun/orbit/modules"
 )
 
@@ -57,6 +58,7 @@ type Module struct {
 	auth   auth.Authenticator
 	audit  audit.Writer
 	logger *slog.Logger
+	tracer tracing.Tracer
 
 	// holds are the modules of the run that keep result-log events from
 	// retention (RetentionHold).
@@ -121,6 +123,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	env.Metrics.Refresh(m.store.metrics)
 	m.holds = modules.Offered[RetentionHold](env)
 	m.logger = env.Logger.With("module", "tasks")
+	m.tracer = tracing.NewTracer(env.Tracing, tracerName)
 	return nil
 }
 

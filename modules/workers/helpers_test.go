@@ -320,6 +320,8 @@ type submitParams struct {
 	Input       string // JSON text; default {}
 	Idempotent  bool
 	MaxAttempts int // default 3
+	// Header holds extra request headers, such as traceparent.
+	Header http.Header
 }
 
 // submit submits a task to cred's queue and returns its id.
@@ -332,7 +334,7 @@ func (e *env) submit(t *testing.T, cred servertest.Credential, p submitParams) s
 		p.MaxAttempts = 3
 	}
 	body := fmt.Sprintf(`{"queue_id":%q,"input":%s,"idempotent":%v,"max_attempts":%d}`, cred.QueueID, p.Input, p.Idempotent, p.MaxAttempts)
-	r := e.srv.Do(t, servertest.Request{Method: http.MethodPost, Path: "/v1/tasks", Token: cred.Token, IdempotencyKey: newKey(), Body: body})
+	r := e.srv.Do(t, servertest.Request{Method: http.MethodPost, Path: "/v1/tasks", Token: cred.Token, IdempotencyKey: newKey(), Body: body, Header: p.Header})
 	if r.Status != http.StatusCreated {
 		t.Fatalf("submit: %d %s", r.Status, r.Body)
 	}

@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/batch"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/tracing"
 	"github.com/orbitrun/orbit/internal/wsx"
 	"github.com/orbitrun/orbit/modules/tasks"
 )
@@ -72,6 +74,9 @@ type assignBody struct {
 	Epoch       httpx.Uint64 `json:"epoch"`
 	LeaseUntil  string       `json:"lease_until"`
 	LeaseSecret string       `json:"lease_secret"`
+	// Trace is the task's W3C trace context, or the assignment span's
+	// when the node traces; left out when the task has none (O-5).
+	Trace *tracing.Context `json:"trace,omitzero"`
 }
 
 type proofBody struct {
@@ -361,9 +366,16 @@ func (s *session) complete(f *wsx.Frame) {
 		return
 	}
 	params.Grant = s.grant()
+	var received time.Time
+	if s.m.tracer.Enabled() {
+		received = time.Now()
+	}
 	s.m.completes.Submit(&completeRequest{Params: *params, Done: func(o tasks.CompleteOutcome, err error) {
 		if err != nil {
 			o.Err = err
+		}
+		if o.Err == nil && !o.Reply.Deduplicated {
+			s.traceComplete(received, params, &o)
 		}
 		s.completions.Answer(func() {
 			if auth.IsGrantError(o.Err) {
@@ -384,6 +396,23 @@ func (s *session) complete(f *wsx.Frame) {
 			s.c.Reply(f, typeAck, o.Reply)
 		})
 	}})
+}
+
+// traceComplete records the span of an applied task.complete, from the
+// frame's arrival (received) to its batch's commit, as a child of the
+// task's trace context. It does nothing when the node does not trace.
+func (s *session) traceComplete(received time.Time, p *tasks.AttemptCompleteParams, o *tasks.CompleteOutcome) {
+	if !s.m.tracer.Enabled() {
+		return
+	}
+	_, span, _ := s.m.tracer.StartAt(s.c.Context(), spanComplete, trace.SpanKindServer, o.Trace, received)
+	span.SetAttributes(tracing.AttrTaskID.String(p.TaskID), tracing.AttrQueueID.String(s.queueID),
+		tracing.AttrAttemptID.String(p.AttemptID), tracing.AttrOutcome.String(p.Outcome), tracing.AttrSessionID.String(s.id))
+	if o.Event != nil {
+		span.SetAttributes(tracing.AttrEventID.String(o.Event.ID), tracing.AttrEventType.String(o.Event.Type),
+			tracing.AttrEventSequence.Int64(int64(o.Event.Sequence)))
+	}
+	span.End()
 }
 
 func (s *session) release(f *wsx.Frame) {
@@ -522,6 +551,12 @@ func (s *session) Dispatch() {
 // is not written is given back at once (leaseUnsent). It returns false
 // when the connection is closing.
 func (s *session) sendAssign(a *tasks.Assignment) bool {
+	_, span, traceCtx := s.m.tracer.Start(s.c.Context(), spanAssign, trace.SpanKindProducer, a.Task.Trace)
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrTaskID.String(a.Task.ID), tracing.AttrQueueID.String(a.Task.QueueID),
+			tracing.AttrAttemptID.String(a.AttemptID), tracing.AttrSessionID.String(s.id))
+	}
 	body := assignBody{
 		Task: assignedTask{
 			ID: a.Task.ID, QueueID: a.Task.QueueID, Revision: httpx.Uint64(a.Task.Revision),
@@ -529,7 +564,7 @@ func (s *session) sendAssign(a *tasks.Assignment) bool {
 			Idempotent: a.Task.Idempotent,
 		},
 		AttemptID: a.AttemptID, Epoch: httpx.Uint64(a.Epoch),
-		LeaseUntil: httpx.FormatTime(a.LeaseUntil), LeaseSecret: a.LeaseSecret,
+		LeaseUntil: httpx.FormatTime(a.LeaseUntil), LeaseSecret: a.LeaseSecret, Trace: traceCtx.Ptr(),
 	}
 	return s.c.SendLease(typeAssign, body, func(err error) { s.leaseUnsent(a, err) })
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/batch"
+	"github.com/orbitrun/orbit/internal/tracing"
 	"github.com/orbitrun/orbit/internal/wsx"
 	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/tasks"
@@ -79,6 +80,7 @@ type Module struct {
 	// Endpoint mounts the entry (Routes) and stops it (Stop).
 	wsx.Endpoint
 	logger *slog.Logger
+	tracer tracing.Tracer
 	// completes applies task.complete frames of every connection in shared
 	// transactions.
 	completes *batch.Batcher[*completeRequest]
@@ -131,6 +133,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	}
 	m.auth = a
 	m.logger = env.Logger.With("module", "workers")
+	m.tracer = tracing.NewTracer(env.Tracing, tracerName)
 	m.completes = m.newCompleteBatcher()
 	m.entry, m.Endpoint, err = wsx.NewEndpoint("workers", "/v1/workers/connect", m.auth, m.logger, wsx.Config{
 		Subprotocol:  subprotocol,

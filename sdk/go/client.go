@@ -170,6 +170,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
+	injectTrace(ctx, req.Header)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("orbit: %s %s: %w", method, path, err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultConsumerShutdownTimeout is EventConsumerConfig.ShutdownTimeout
@@ -57,6 +58,10 @@ type EventConsumerConfig struct {
 	Logger *slog.Logger
 	// Dialer opens the WebSocket connections, as EventConnConfig.Dialer.
 	Dialer *websocket.Dialer
+	// TracerProvider makes the span event.handle of each handler call, a
+	// child of the trace context of the event's task; the handler's ctx
+	// holds it. Nil means otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 	// Trace is the diagnostic hook of EventConnConfig.Trace, called for
 	// every frame of every connection. Frames carry lease secrets: never
 	// log or keep traced frames in production.
@@ -171,7 +176,7 @@ func NewEventConsumer(cfg EventConsumerConfig, handler EventHandler) (*EventCons
 	if cfg.MaxLeaseExtension == 0 {
 		cfg.MaxLeaseExtension = DefaultMaxLeaseExtension
 	}
-	c := &EventConsumer{cfg: cfg, handler: handler, log: cfg.Logger, replyTimeout: defaultReplyTimeout}
+	c := &EventConsumer{cfg: cfg, handler: traceEvents(handler, cfg.TracerProvider), log: cfg.Logger, replyTimeout: defaultReplyTimeout}
 	if c.log == nil {
 		c.log = slog.Default()
 	}

@@ -115,6 +115,10 @@ type Delivery struct {
 	EventJSON json.RawMessage
 	// Proof acknowledges this lease with Ack.
 	Proof AckProof
+
+	// trace is the trace context of the event's task from event.deliver,
+	// or nil.
+	trace *traceContext
 }
 
 // AckResult is the server's answer to an acknowledgement.
@@ -156,6 +160,7 @@ type deliverBody struct {
 	Delivery    EventDelivery   `json:"delivery"`
 	Event       json.RawMessage `json:"event"`
 	LeaseSecret string          `json:"lease_secret"`
+	Trace       *traceContext   `json:"trace"`
 }
 
 // errEventConnClosed is returned once Close was called.
@@ -333,7 +338,7 @@ func (c *EventConn) dispatch(f frame) error {
 			return fmt.Errorf("orbit events: %s lacks delivery.id or lease_secret", frameEventDeliver)
 		}
 		d := &Delivery{EventDelivery: b.Delivery, Event: ev, EventJSON: b.Event,
-			Proof: AckProof{DeliveryID: b.Delivery.ID, Epoch: b.Delivery.LeaseEpoch, LeaseSecret: b.LeaseSecret}}
+			Proof: AckProof{DeliveryID: b.Delivery.ID, Epoch: b.Delivery.LeaseEpoch, LeaseSecret: b.LeaseSecret}, trace: b.Trace}
 		c.mu.Lock()
 		c.queue = append(c.queue, d)
 		close(c.arrived)

@@ -584,7 +584,7 @@ func (r *runner) assign(f frame) {
 		task: AssignedTask{
 			ID: a.Task.ID, QueueID: a.Task.QueueID, Revision: a.Task.Revision, Input: a.Task.Input,
 			Attempts: a.Task.Attempts, MaxAttempts: a.Task.MaxAttempts, Idempotent: a.Task.Idempotent,
-			AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseUntil: a.LeaseUntil, Cancelled: cancelled,
+			AttemptID: a.AttemptID, Epoch: a.Epoch, LeaseUntil: a.LeaseUntil, Cancelled: cancelled, trace: a.Trace,
 		},
 		secret: a.LeaseSecret, cancelled: cancelled, ctx: ctx, cancel: cancel,
 	}

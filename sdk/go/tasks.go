@@ -84,7 +84,10 @@ type SubmitTaskRequest struct {
 	MaxAttempts int `json:"max_attempts,omitempty"`
 }
 
-// SubmitTask creates a task (POST /v1/tasks, permission tasks:submit).
+// SubmitTask creates a task (POST /v1/tasks, permission tasks:submit). The
+// span context of ctx, if any, is sent as the W3C traceparent and
+// tracestate headers: the server keeps it with the task, and the worker's
+// and the consumers' handler spans become its children.
 // key is the Idempotency-Key: repeating a call with the same key and
 // request returns the original receipt with Deduplicated set, so a caller
 // that persists the key before calling may retry safely.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults and limits of WorkerConfig.
@@ -74,6 +75,10 @@ type WorkerConfig struct {
 	// proxy from the environment. The worker uses a copy with its own
 	// sub-protocol, no compression and no cookie jar.
 	Dialer *websocket.Dialer
+	// TracerProvider makes the span task.handle of each handler call, a
+	// child of the trace context the task was submitted with; the
+	// handler's ctx holds it. Nil means otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 // TaskHandler runs one task. It is called in its own goroutine, up to
@@ -103,6 +108,9 @@ type AssignedTask struct {
 	LeaseUntil time.Time
 	// Cancelled is closed when the server asks to cancel the task.
 	Cancelled <-chan struct{}
+
+	// trace is the task's trace context from task.assign, or nil.
+	trace *traceContext
 }
 
 // Outcome is what a TaskHandler reports. Build one with Succeeded, Failed,
@@ -195,7 +203,7 @@ func NewWorker(cfg WorkerConfig, handler TaskHandler) (*Worker, error) {
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	w := &Worker{cfg: cfg, handler: handler, log: cfg.Logger}
+	w := &Worker{cfg: cfg, handler: traceTasks(handler, cfg.TracerProvider), log: cfg.Logger}
 	if w.log == nil {
 		w.log = slog.Default()
 	}

@@ -128,10 +128,11 @@ type assignBody struct {
 		MaxAttempts int             `json:"max_attempts"`
 		Idempotent  bool            `json:"idempotent"`
 	} `json:"task"`
-	AttemptID   string    `json:"attempt_id"`
-	Epoch       uint64    `json:"epoch,string"`
-	LeaseUntil  time.Time `json:"lease_until"`
-	LeaseSecret string    `json:"lease_secret"`
+	AttemptID   string        `json:"attempt_id"`
+	Epoch       uint64        `json:"epoch,string"`
+	LeaseUntil  time.Time     `json:"lease_until"`
+	LeaseSecret string        `json:"lease_secret"`
+	Trace       *traceContext `json:"trace"`
 }
 
 type cancelBody struct {

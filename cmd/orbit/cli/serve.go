@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"net"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/orbitrun/orbit/cmd/orbit/server"
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/migrate"
+	"github.com/orbitrun/orbit/internal/tracing"
 	"github.com/orbitrun/orbit/modules"
 )
 
@@ -76,7 +79,24 @@ func (app *App) serve(ctx context.Context, cmd *cobra.Command, cfg *config.Confi
 		}
 		return err
 	}
-	srv, err := server.New(ctx, server.Params{Config: cfg, DB: pool, Logger: logger, Instances: app.instances})
+	bi, _ := debug.ReadBuildInfo()
+	v, _ := buildVersion(version, revision, bi)
+	traces, err := tracing.Open(ctx, tracing.Config{
+		OTLPEndpoint: cfg.Tracing.OTLPEndpoint, SampleRatio: cfg.Tracing.SampleRatio, ServiceVersion: v,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// The spans still buffered go out within their own bound, after
+		// the server stopped making them.
+		flushCtx, cancel := context.WithTimeout(context.Background(), tracesFlushTimeout)
+		defer cancel()
+		if err := traces.Shutdown(flushCtx); err != nil {
+			logger.Warn("trace export at shutdown failed", "err", err)
+		}
+	}()
+	srv, err := server.New(ctx, server.Params{Config: cfg, DB: pool, Logger: logger, Instances: app.instances, Tracing: traces.TracerProvider()})
 	if err != nil {
 		return err
 	}
@@ -134,6 +154,10 @@ func listenMetrics(cfg *config.Config) (net.Listener, error) {
 	}
 	return ln, nil
 }
+
+// tracesFlushTimeout bounds the export of the spans still buffered when
+// the server stops.
+const tracesFlushTimeout = 5 * time.Second
 
 // listen binds server.listen. When the address is taken or not allowed,
 // the error is one line naming the address and how to choose another.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/httpx"
@@ -53,6 +54,8 @@ type Params struct {
 	DB        *sql.DB
 	Logger    *slog.Logger
 	Instances modules.Instances
+	// Tracing is the node's tracer provider; nil means tracing is off.
+	Tracing trace.TracerProvider
 }
 
 // New provisions the modules named by cfg.Server.Modules (every server module
@@ -68,7 +71,7 @@ func New(ctx context.Context, p Params) (*Server, error) {
 	}
 	reg := metrics.New()
 	node, unobserve := newNodeMetrics(reg, p.DB)
-	env := &modules.Env{Config: p.Config, DB: p.DB, Logger: p.Logger, Metrics: reg}
+	env := &modules.Env{Config: p.Config, DB: p.DB, Logger: p.Logger, Metrics: reg, Tracing: p.Tracing}
 	if err := host.Provision(ctx, env); err != nil {
 		unobserve()
 		return nil, err

@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/orbitrun/orbit/cmd/orbit/server"
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/auth"
@@ -74,6 +76,19 @@ func Start(t testing.TB, opts ...Option) *Server {
 // must hold the platform schema.
 func StartOn(t testing.TB, pool *sql.DB, opts ...Option) *Server {
 	t.Helper()
+	return startOn(t, pool, nil, opts)
+}
+
+// StartTraced is Start with tp as the node's tracer provider, as `orbit
+// serve` has one when tracing.otlp_endpoint is set: tests give one with an
+// in-memory exporter (go.opentelemetry.io/otel/sdk/trace/tracetest).
+func StartTraced(t testing.TB, tp trace.TracerProvider, opts ...Option) *Server {
+	t.Helper()
+	return startOn(t, testdb.New(t), tp, opts)
+}
+
+func startOn(t testing.TB, pool *sql.DB, tp trace.TracerProvider, opts []Option) *Server {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Server.MetricsListen = "127.0.0.1:0"
 	in := modules.NewInstances()
@@ -86,7 +101,7 @@ func StartOn(t testing.TB, pool *sql.DB, opts ...Option) *Server {
 	logs := &lockedWriter{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := context.Background()
-	srv, err := server.New(ctx, server.Params{Config: cfg, DB: pool, Logger: logger, Instances: in})
+	srv, err := server.New(ctx, server.Params{Config: cfg, DB: pool, Logger: logger, Instances: in, Tracing: tp})
 	if err != nil {
 		t.Fatalf("servertest: %v", err)
 	}
