@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 )
 
@@ -107,6 +108,9 @@ func loadCredentialsFromEnv(getenv func(string) string) (*Credentials, error) {
 }
 
 func loadCredentials(path string, getenv func(string) string) (*Credentials, error) {
+	if err := CheckCredentialsFileMode(path); err != nil {
+		return nil, err
+	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("orbit: credentials file: %w", err)
@@ -206,3 +210,21 @@ var (
 	_ json.Marshaler   = Credentials{}
 	_ json.Unmarshaler = (*Credentials)(nil)
 )
+
+// CheckCredentialsFileMode refuses a credentials file that other users may
+// read or write (any group or other permission bit, as ssh does for its
+// keys): the token in it is a password. orbit admin writes them 0600. On
+// Windows, whose permissions are not mode bits, it checks nothing.
+func CheckCredentialsFileMode(path string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("orbit: credentials file: %w", err)
+	}
+	if perm := info.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("orbit: credentials file %s is accessible to other users (mode %04o); run: chmod 600 %s", path, perm, path)
+	}
+	return nil
+}

@@ -200,3 +200,26 @@ func TestCredentialsJSONIsTheFileFormat(t *testing.T) {
 		t.Errorf("LoadCredentials of the encoded file = %#v, %v; want %#v", again, err, *c)
 	}
 }
+
+// TestF6_CredentialsFileReadableByOthersIsRefused: a credentials file with
+// any group or other permission is refused before it is read, naming the
+// file and the chmod that fixes it, and never the token.
+func TestF6_CredentialsFileReadableByOthersIsRefused(t *testing.T) {
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o660, 0o606} {
+		path := writeFile(t, credentialsJSON)
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadCredentials(path)
+		if err == nil || !strings.Contains(err.Error(), "chmod 600 "+path) || strings.Contains(err.Error(), testToken) {
+			t.Errorf("mode %04o: %v, want a refusal naming chmod 600 %s", mode, err, path)
+		}
+	}
+	path := writeFile(t, credentialsJSON)
+	if err := os.Chmod(path, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadCredentials(path); err != nil {
+		t.Errorf("mode 0400: %v", err)
+	}
+}

@@ -102,6 +102,9 @@ func New(o Options) (*Client, error) {
 			}
 			return nil, fmt.Errorf("%s: %w", source, err)
 		}
+		if err := orbit.CheckCredentialsFileMode(path); err != nil {
+			return nil, fmt.Errorf("%s: %w", source, err)
+		}
 		if err := json.Unmarshal(raw, &creds); err != nil {
 			return nil, fmt.Errorf("%s: %s is not a credentials file (invalid JSON)", source, path)
 		}
