@@ -26,7 +26,7 @@ type target struct {
 }
 
 // targets are every fuzz function of the project. A new Fuzz function must
-// be added here; TestTargetsAreEveryFuzzFunction checks it.
+// be added here; TestF3_MakeFuzzRunsEveryFuzzFunction checks it.
 var targets = []target{
 	{".", "./internal/httpx", "FuzzDecodeJSONBytes"},
 	{".", "./internal/httpx", "FuzzCanonicalJSON"},

@@ -10,10 +10,10 @@ import (
 	"testing"
 )
 
-// TestTargetsAreEveryFuzzFunction (F-3): `make fuzz` runs every fuzz
+// TestF3_MakeFuzzRunsEveryFuzzFunction (F-3): `make fuzz` runs every fuzz
 // function of every Go module of the repository, so a new one cannot be
 // forgotten.
-func TestTargetsAreEveryFuzzFunction(t *testing.T) {
+func TestF3_MakeFuzzRunsEveryFuzzFunction(t *testing.T) {
 	root := strings.TrimSpace(run(t, "git", "rev-parse", "--show-toplevel"))
 	decl := regexp.MustCompile(`(?m)^func (Fuzz\w+)\(`)
 	var found []string
