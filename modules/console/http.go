@@ -8,6 +8,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 )
 
@@ -135,7 +136,16 @@ func (m *Module) fail(w http.ResponseWriter, r *http.Request, s *session, err er
 		if title == "" {
 			title = string(he.Code)
 		}
+		if he.Code == httpx.CodeUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
 		m.render(w, r, he.Code.Status(), "error", s, errorPage{Title: title, Code: string(he.Code), Message: he.Message})
+		return
+	}
+	if db.IsUnavailable(err) {
+		m.logger.Warn("console request: database unavailable", "path", r.URL.Path, "request_id", httpx.RequestID(r.Context()), "err", err)
+		w.Header().Set("Retry-After", "1")
+		m.render(w, r, http.StatusServiceUnavailable, "error", s, errorPage{Title: "Unavailable", Code: string(httpx.CodeUnavailable), Message: "The database is unavailable; retry later."})
 		return
 	}
 	m.logger.Error("console request", "path", r.URL.Path, "request_id", httpx.RequestID(r.Context()), "err", err)
