@@ -16,7 +16,7 @@ REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILDVCS  := $(if $(shell command -v git 2>/dev/null),,-buildvcs=false)
 LDFLAGS   := -X github.com/orbitrun/orbit/cmd/orbit/cli.version=$(VERSION) -X github.com/orbitrun/orbit/cmd/orbit/cli.revision=$(REVISION)
 
-.PHONY: build run test integration vet race bench fuzz chaos soak lint clean db-server
+.PHONY: build run test integration vet race bench fuzz chaos soak lint clean db-server browser
 
 build:
 	$(GO) build $(BUILDVCS) -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/orbit
@@ -35,6 +35,19 @@ db-server:
 	    echo "no mariadbd or mysqld found: install mariadb-server (Debian/Ubuntu: sudo apt-get install -y mariadb-server) or MySQL 8.4+"; exit 1; \
 	fi
 
+# browser makes sure a Chromium exists for the console's end-to-end tests
+# (tests/console, O-10): on Debian/Ubuntu as root it installs chromium;
+# elsewhere it says what to install. The tests fail, never skip, without it.
+browser:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
+	    || command -v google-chrome >/dev/null 2>&1 || command -v headless-shell >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium (no Chromium found; the console tests need it)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+	    echo "no Chromium found: install it (Debian/Ubuntu: sudo apt-get install -y chromium) for the console tests (tests/console)"; exit 1; \
+	fi
+
 # run brings up a local database (unless ORBIT_MYSQL_DSN is set), migrates,
 # writes dev credentials to .local/ and serves on 127.0.0.1:8080.
 run: db-server build
@@ -42,14 +55,14 @@ run: db-server build
 
 # test runs vet and every test of every Go module, with the race detector,
 # against a throwaway database server the harness starts itself.
-test: db-server vet
+test: db-server browser vet
 	@set -e; for m in $(MODULES); do echo "== go test $$m"; (cd $$m && GOWORK=off $(GO) test $(TEST_FLAGS) ./...); done
 
 # integration runs the tests that need a real database server, among them
 # tests/integration (orbit_test and orbit_receiver_test on one temporary
 # server, R-19), then vets, builds and race-tests the result-inbox example
 # as its own module.
-integration: db-server
+integration: db-server browser
 	$(GO) test $(TEST_FLAGS) ./internal/... ./modules/... ./cmd/... ./tests/...
 	cd examples/result-inbox && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) build ./... && GOWORK=off $(GO) test $(TEST_FLAGS) ./...
 
@@ -57,7 +70,7 @@ integration: db-server
 vet:
 	@set -e; for m in $(MODULES); do (cd $$m && GOWORK=off $(GO) vet -tags 'chaos soak' ./...); done
 
-race: db-server
+race: db-server browser
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) test -race -count=1 ./...); done
 
 # bench is its own Go module; go.work lets `go run ./bench` resolve it from

@@ -196,6 +196,24 @@ func WithPrincipal(ctx context.Context, p *Principal) context.Context {
 	return context.WithValue(ctx, principalKey{}, p)
 }
 
+type sessionKey struct{}
+
+// WithSessionPrincipal returns ctx carrying p as the principal of a
+// session that its owner (the console module) resolved afresh for this
+// request: p must come from CredentialPrincipal, read now, so that a
+// revoked credential or a removed grant takes effect at once. Require
+// authorizes a request with this context as if p had sent its bearer
+// token. Only in-process callers can set it: no header or cookie maps to
+// it.
+func WithSessionPrincipal(ctx context.Context, p *Principal) context.Context {
+	return context.WithValue(ctx, sessionKey{}, p)
+}
+
+func sessionPrincipal(ctx context.Context) *Principal {
+	p, _ := ctx.Value(sessionKey{}).(*Principal)
+	return p
+}
+
 // FromContext returns the principal of an authenticated request, or nil.
 func FromContext(ctx context.Context) *Principal {
 	p, _ := ctx.Value(principalKey{}).(*Principal)
@@ -207,12 +225,20 @@ func FromContext(ctx context.Context) *Principal {
 // several Authorization headers), or 403
 // PERMISSION_DENIED when the permission is missing. An empty perm requires
 // authentication only.
+//
+// A request that carries a session principal (WithSessionPrincipal: the
+// console's in-process call of an API handler) is authorized with that
+// principal in place of the Authorization header; the permission check is
+// the same.
 func Require(a Authenticator, perm string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, err := AuthenticateRequest(r.Context(), a, r.Header)
-		if err != nil {
-			httpx.WriteError(w, r, err)
-			return
+		p := sessionPrincipal(r.Context())
+		if p == nil {
+			var err error
+			if p, err = AuthenticateRequest(r.Context(), a, r.Header); err != nil {
+				httpx.WriteError(w, r, err)
+				return
+			}
 		}
 		if perm != "" && !p.Can(perm) {
 			httpx.WriteError(w, r, httpx.Errorf(httpx.CodePermissionDenied, "credential lacks permission %s", perm))

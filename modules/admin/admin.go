@@ -46,6 +46,13 @@ func (m *Module) Authenticate(ctx context.Context, header string) (*auth.Princip
 	return m.store.Authenticate(ctx, header)
 }
 
+// CredentialPrincipal resolves a credential by ID, refusing a revoked
+// one (see Store.CredentialPrincipal). The console resolves its sessions'
+// credentials with it on every request. It is called after Provision.
+func (m *Module) CredentialPrincipal(ctx context.Context, credentialID string) (*auth.Principal, error) {
+	return m.store.CredentialPrincipal(ctx, credentialID)
+}
+
 // CheckGrants checks grants through q, the caller's transaction
 // (auth.GrantChecker). It is called after Provision.
 func (m *Module) CheckGrants(ctx context.Context, q auth.Querier, grants []auth.Grant) ([]error, error) {

@@ -400,6 +400,37 @@ func (s *Store) Authenticate(ctx context.Context, header string) (*auth.Principa
 	return &p, nil
 }
 
+// CredentialPrincipal resolves a credential by its ID to a Principal, for a
+// caller that authenticated the credential's token earlier and keeps only
+// its ID (a console session). A revoked or unknown credential is
+// ErrUnauthenticated. It costs the same reads as Authenticate and does not
+// touch last_used_at.
+func (s *Store) CredentialPrincipal(ctx context.Context, credentialID string) (*auth.Principal, error) {
+	var (
+		p       auth.Principal
+		revoked sql.NullTime
+	)
+	err := s.db.QueryRowContext(ctx, `
+		SELECT id, namespace_id, application_id, environment_id, revoked_at
+		FROM credentials WHERE id = ?`, credentialID).
+		Scan(&p.CredentialID, &p.NamespaceID, &p.ApplicationID, &p.EnvironmentID, &revoked)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, auth.ErrUnauthenticated
+	}
+	if err != nil {
+		return nil, fmt.Errorf("admin: look up credential: %w", err)
+	}
+	if revoked.Valid {
+		return nil, auth.ErrUnauthenticated
+	}
+	perms, queues, err := credentialGrants(ctx, s.db, p.CredentialID)
+	if err != nil {
+		return nil, err
+	}
+	p.Permissions, p.Queues = toSet(perms), toSet(queues)
+	return &p, nil
+}
+
 // LastUsedResolution is how stale a credential's last_used_at may be: an
 // authentication writes it only when it is older than this, so a busy
 // credential costs one UPDATE a minute, not one per request.

@@ -37,7 +37,11 @@ func (m *Module) DeliveryMaterialize(ctx context.Context, subscriptionID string)
 
 // DeliveryClaim leases deliveries for one event connection.
 func (m *Module) DeliveryClaim(ctx context.Context, p *DeliveryClaimParams) ([]Lease, error) {
-	return DeliveryClaim(withMetrics(ctx, m.metrics), m.db, m.log, m.auth, p)
+	leases, err := DeliveryClaim(withMetrics(ctx, m.metrics), m.db, m.log, m.auth, p)
+	if err == nil && len(leases) > 0 {
+		m.activity.add(leases[0].Delivery.SubscriptionID, time.Now(), len(leases), 0)
+	}
+	return leases, err
 }
 
 // DeliveryOutcome counts n outcomes (OutcomeAck, OutcomeNack,
@@ -47,6 +51,18 @@ func (m *Module) DeliveryClaim(ctx context.Context, p *DeliveryClaimParams) ([]L
 // know it.
 func (m *Module) DeliveryOutcome(subscriptionID, namespaceID, outcome string, n int) {
 	m.metrics.count(context.Background(), subscriptionID, namespaceID, outcome, n)
+	if outcome == OutcomeAck {
+		m.activity.add(subscriptionID, time.Now(), 0, n)
+	}
+}
+
+// DeliveryActivity returns the deliveries this node leased and the first
+// ACKs it recorded for a subscription in each of the last 30 minutes,
+// oldest first (the console's chart). Counts live in memory: each node
+// counts its own event connections since it started. The caller checks
+// that its principal may read the subscription.
+func (m *Module) DeliveryActivity(subscriptionID string) []ActivityMinute {
+	return m.activity.minutes(subscriptionID, time.Now())
 }
 
 // DeliveryAckBatch records ACKs in one transaction.

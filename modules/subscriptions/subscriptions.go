@@ -93,6 +93,8 @@ type Module struct {
 	// metrics counts delivery outcomes and refreshes the subscription
 	// gauges.
 	metrics *deliveryMetrics
+	// activity counts this node's deliveries and ACKs per minute.
+	activity *activity
 
 	loops bg.Group
 }
@@ -147,6 +149,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	}
 	m.logger = env.Logger.With("module", "subscriptions")
 	m.metrics = newDeliveryMetrics(env.Metrics, env.DB, log, m.cfg.NoConsumerAfter)
+	m.activity = newActivity()
 	env.Metrics.Refresh(m.metrics)
 	return nil
 }

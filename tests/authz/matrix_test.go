@@ -109,7 +109,7 @@ func TestF4_AuthorizationMatrix(t *testing.T) {
 	// exist are what every refusal must read like; they run outside
 	// subtests, as every column needs them.
 	for _, r := range covered {
-		if r.scope == public {
+		if r.scope == public || r.scope == console {
 			continue
 		}
 		req := r.request(o.real)
@@ -360,6 +360,9 @@ func (m *matrix) cell(t *testing.T, r row, c *caller) {
 	t.Helper()
 	real := m.owner.real
 	switch {
+	case r.scope == console:
+		m.consoleCell(t, r, c)
+
 	case r.scope == public:
 		a := m.send(t, c.auth, r.request(real), false)
 		if a.status != http.StatusOK {
@@ -432,6 +435,43 @@ func (m *matrix) cell(t *testing.T, r row, c *caller) {
 	default:
 		t.Fatalf("%s: no expectation for scope %s and caller kind %d", r.name(), r.scope, c.kind)
 	}
+}
+
+// consoleCell asks for a console route's page with c's Authorization
+// header and no session cookie: the header is not a session, so the
+// answer is the row's whoever asks, and carries nothing of the owner's.
+func (m *matrix) consoleCell(t *testing.T, r row, c *caller) {
+	t.Helper()
+	req := r.request(m.owner.real)
+	var body io.Reader
+	if req.body != "" {
+		body = strings.NewReader(req.body)
+	}
+	hr, err := http.NewRequest(req.method, m.srv.URL+req.path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range c.auth {
+		hr.Header.Add("Authorization", v)
+	}
+	if req.body != "" {
+		hr.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := hc.Do(hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	hc.CloseIdleConnections()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != r.console.status || resp.Header.Get("Location") != r.console.location {
+		t.Errorf("%s: %d to %q, want %d to %q", r.name(), resp.StatusCode, resp.Header.Get("Location"), r.console.status, r.console.location)
+	}
+	m.noLeak(t, r.name(), answer{status: resp.StatusCode, raw: raw}, c)
 }
 
 // refusedAsMissing asks as c for row r's request on tgt and checks that it

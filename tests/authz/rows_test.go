@@ -34,10 +34,21 @@ const (
 	// grants lists the queues granted to the caller: 200 for any
 	// credential, with its own queues and no other.
 	grants
+	// console routes (O-9) are the web console's: they authenticate with
+	// the console's session cookie only, never an Authorization header,
+	// and every write also needs the session's CSRF token. The matrix's
+	// callers send bearer headers and no cookie, so every one of them,
+	// the owner included, gets the row's answer (console below): a GET of
+	// a signed-in page is sent to the sign-in page (303), a POST is
+	// refused (403), and no answer carries the owner's data. Behind the
+	// cookie each page calls the API handler its row names in process,
+	// with the same checks; tests/console checks those cells in a browser
+	// (another namespace 404, no events:manage 403, forged CSRF 403).
+	console
 )
 
 func (s scope) String() string {
-	return [...]string{"public", "self", "queued", "owned", "queueList", "ownedList", "grants"}[s]
+	return [...]string{"public", "self", "queued", "owned", "queueList", "ownedList", "grants", "console"}[s]
 }
 
 // target names what a request acts on: the owner's real resources, random
@@ -84,7 +95,22 @@ type row struct {
 	ownMayBeEmpty bool
 	// request builds the route's request on a target.
 	request func(t target) request
+	// console is what every caller of a console row gets: the status,
+	// and for a redirect its Location.
+	console consoleAnswer
 }
+
+// consoleAnswer is the answer of a console route to a request without a
+// session cookie.
+type consoleAnswer struct {
+	status   int
+	location string
+}
+
+var (
+	toSignIn = consoleAnswer{http.StatusSeeOther, "/console/signin"}
+	refused  = consoleAnswer{status: http.StatusForbidden}
+)
 
 // name is the row's name in the test's output.
 func (r row) name() string {
@@ -111,6 +137,60 @@ const probeCount = 1000
 // permission and scope.
 var rows = []row{
 	{route: "GET /healthz", scope: public, request: get("/healthz")},
+
+	// The console (O-9): cookie sessions, see the scope console.
+	{route: "GET /console/", scope: console, console: consoleAnswer{http.StatusSeeOther, "/console/queues"}, request: get("/console/")},
+	{route: "GET /console/static/{file}", scope: console, console: consoleAnswer{status: http.StatusOK}, request: get("/console/static/console.css")},
+	{route: "GET /console/signin", scope: console, console: consoleAnswer{status: http.StatusOK}, request: get("/console/signin")},
+	{route: "POST /console/signin", scope: console, console: refused, request: func(target) request {
+		return request{method: http.MethodPost, path: "/console/signin", body: "token=probe"}
+	}},
+	{route: "POST /console/signout", scope: console, console: refused, request: consolePost("/console/signout")},
+	{route: "GET /console/queues", scope: console, console: toSignIn, request: get("/console/queues")},
+	{route: "GET /console/live/queues", scope: console, console: toSignIn, request: get("/console/live/queues")},
+	{route: "GET /console/tasks", scope: console, console: toSignIn, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/console/tasks?queue_id=" + t.Queue}
+	}},
+	{route: "GET /console/tasks/{id}", scope: console, console: toSignIn, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/console/tasks/" + t.Task}
+	}},
+	{route: "POST /console/tasks/{id}/cancel", scope: console, console: refused, request: func(t target) request {
+		return consolePost("/console/tasks/" + t.Task + "/cancel")(t)
+	}},
+	{route: "POST /console/tasks/{id}/review", scope: console, console: refused, request: func(t target) request {
+		return consolePost("/console/tasks/" + t.Task + "/review")(t)
+	}},
+	{route: "GET /console/subscriptions", scope: console, console: toSignIn, request: get("/console/subscriptions")},
+	{route: "GET /console/subscriptions/{id}", scope: console, console: toSignIn, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/console/subscriptions/" + t.Subscription}
+	}},
+	{route: "GET /console/live/subscriptions/{id}", scope: console, console: toSignIn, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/console/live/subscriptions/" + t.Subscription}
+	}},
+	{route: "GET /console/subscriptions/{id}/deliveries", scope: console, console: toSignIn, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/console/subscriptions/" + t.Subscription + "/deliveries"}
+	}},
+	{route: "GET /console/subscriptions/{id}/deliveries/{delivery_id}", scope: console, console: toSignIn, request: func(t target) request {
+		return request{method: http.MethodGet, path: "/console/subscriptions/" + t.Subscription + "/deliveries/" + t.Delivery}
+	}},
+	{route: "POST /console/subscriptions/{id}/deliveries/{delivery_id}/retry", scope: console, console: refused, request: func(t target) request {
+		return consolePost("/console/subscriptions/" + t.Subscription + "/deliveries/" + t.Delivery + "/retry")(t)
+	}},
+	{route: "POST /console/subscriptions/{id}/pause", scope: console, console: refused, request: func(t target) request {
+		return consolePost("/console/subscriptions/" + t.Subscription + "/pause")(t)
+	}},
+	{route: "POST /console/subscriptions/{id}/resume", scope: console, console: refused, request: func(t target) request {
+		return consolePost("/console/subscriptions/" + t.Subscription + "/resume")(t)
+	}},
+	{route: "POST /console/subscriptions/{id}/retry", scope: console, console: refused, request: func(t target) request {
+		return consolePost("/console/subscriptions/" + t.Subscription + "/retry")(t)
+	}},
+	{route: "POST /console/subscriptions/{id}/replay", scope: console, console: refused, request: func(t target) request {
+		return consolePost("/console/subscriptions/" + t.Subscription + "/replay")(t)
+	}},
+	{route: "POST /console/subscriptions/{id}/skip", scope: console, console: refused, request: func(t target) request {
+		return consolePost("/console/subscriptions/" + t.Subscription + "/skip")(t)
+	}},
 	{route: "GET /readyz", scope: public, request: get("/readyz")},
 	{route: "GET /v1/credential", scope: self, request: get("/v1/credential")},
 	{route: "GET /v1/queues", scope: grants, request: get("/v1/queues")},
@@ -203,6 +283,15 @@ var rows = []row{
 // get returns the builder of a GET of path, which names no resource.
 func get(path string) func(target) request {
 	return func(target) request { return request{method: http.MethodGet, path: path} }
+}
+
+// consolePost returns the builder of a console form POST of path: a
+// confirmed change with a stale revision and count, and no CSRF token.
+func consolePost(path string) func(target) request {
+	return func(target) request {
+		return request{method: http.MethodPost, path: path,
+			body: "step=confirm&expected_revision=" + probeRevision + "&expected_count=1000&additional_attempts=1&resolution=failed&reason=authz+probe"}
+	}
 }
 
 // post returns a POST of path with the body format filled with args.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/orbitrun/orbit/cmd/orbit/server"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/testkit/servertest"
 	"github.com/orbitrun/orbit/internal/testkit/testdb"
@@ -203,6 +204,10 @@ func checkOutageAnswers(t *testing.T, srv *servertest.Server, token string) {
 			checkUpgradeUnavailable(t, srv, path, protocol, token)
 			continue
 		}
+		if strings.HasPrefix(route.Path, "/console/") {
+			checkConsoleOutage(t, srv, route, path)
+			continue
+		}
 		for _, method := range route.Methods {
 			h := http.Header{"Authorization": {"Bearer " + token}, "Idempotency-Key": {fmt.Sprintf("outage-%d", i)}}
 			var body io.Reader
@@ -278,6 +283,46 @@ func doRaw(t *testing.T, srv *servertest.Server, method, path string, h http.Hea
 		t.Fatalf("%s %s: reply is not an envelope: %s", method, path, raw)
 	}
 	return out
+}
+
+// consoleWithoutDatabase are the console's routes that answer without the
+// database: the entry redirect, its assets and the sign-in form (whose POST
+// is refused before the token is checked when it lacks its CSRF cookie).
+var consoleWithoutDatabase = map[string]bool{
+	"GET /console/": true, "GET /console/static/{file}": true, "GET /console/signin": true, "POST /console/signin": true,
+}
+
+// checkConsoleOutage asks for a console route with a well-formed session
+// cookie while the database is down: the routes that need a session must
+// answer 503 (an HTML page, with Retry-After), never 500; the others
+// answer as usual, below 500.
+func checkConsoleOutage(t *testing.T, srv *servertest.Server, route server.Route, path string) {
+	t.Helper()
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	defer hc.CloseIdleConnections()
+	for _, method := range route.Methods {
+		req, err := http.NewRequest(method, srv.URL+path, strings.NewReader("csrf=x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Cookie", "orbit_console="+strings.Repeat("ab", 16)+"."+strings.Repeat("cd", 32))
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		what := method + " " + route.Path
+		switch {
+		case consoleWithoutDatabase[what]:
+			if resp.StatusCode >= 500 {
+				t.Errorf("%s = %d while the database is down, want its usual answer", what, resp.StatusCode)
+			}
+		case resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1":
+			t.Errorf("%s = %d (Retry-After %q), want 503 with Retry-After 1 while the database is down", what, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
 }
 
 // wantUnavailable checks that resp is 503 UNAVAILABLE with Retry-After.
