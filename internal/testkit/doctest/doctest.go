@@ -35,7 +35,7 @@ var (
 	// agePattern matches ages measured when a response is made, which
 	// differ from run to run unless they are 0.
 	agePattern = regexp.MustCompile(`("[a-z_]*age_ms": )[1-9][0-9]*`)
-	fileLocks     sync.Map // path -> *sync.Mutex
+	fileLocks  sync.Map // path -> *sync.Mutex
 )
 
 // placeholders are the ids substituted in order of first appearance, in the
