@@ -41,6 +41,15 @@ func checkChange(reason *string, fields ...httpx.Field) error {
 	return checkReason(*reason)
 }
 
+// loadOwnedChange checks an audited change to the subscription named in
+// the path (checkChange), then loads it as loadOwned does.
+func (m *Module) loadOwnedChange(r *http.Request, reason *string, fields ...httpx.Field) (*Subscription, error) {
+	if err := checkChange(reason, fields...); err != nil {
+		return nil, err
+	}
+	return m.loadOwned(r)
+}
+
 func checkReason(reason string) error {
 	if n := utf8.RuneCountInString(reason); n == 0 || n > maxReasonChars {
 		return httpx.Errorf(httpx.CodeInvalidArgument, "reason must be 1 to %d characters", maxReasonChars)
