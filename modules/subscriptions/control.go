@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/orbitrun/orbit/internal/auth"
@@ -91,49 +90,29 @@ type ControlOutcome struct {
 // neither ACK nor do anything else afterwards. An error means nothing was
 // recorded.
 func deliveryControlBatch(ctx context.Context, pool *sql.DB, grants auth.GrantChecker, requests []*DeliveryControlParams) ([]ControlOutcome, error) {
-	ids := make([]string, 0, len(requests))
-	for _, p := range requests {
-		ids = append(ids, p.DeliveryID)
-	}
-	// Rows are locked in primary-key order, as ACK batches lock them.
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
+	targets := make([]batchTarget, len(requests))
+	for i, p := range requests {
+		targets[i] = batchTarget{DeliveryID: p.DeliveryID, SubscriptionID: p.SubscriptionID, Grant: p.Grant}
 	}
 	var outcomes []ControlOutcome
 	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
 		outcomes = make([]ControlOutcome, len(requests))
-		locked, err := queryDeliveries(ctx, tx, `SELECT `+deliveryColumns+` FROM event_deliveries
-			WHERE id IN (`+db.Placeholders(len(ids))+`) ORDER BY id FOR UPDATE`, args...)
+		// Rows are locked in primary-key order, as ACK batches lock them.
+		found, refused, locked, err := batchLock(ctx, tx, grants, targets)
 		if err != nil {
 			return err
 		}
-		byID := make(map[string]*Delivery, len(locked))
-		var subscriptionIDs []string
+		subscriptionIDs := make([]string, 0, len(locked))
 		for _, d := range locked {
-			byID[d.ID] = d
 			subscriptionIDs = append(subscriptionIDs, d.SubscriptionID)
-		}
-		held := make([]auth.Grant, len(requests))
-		for i, p := range requests {
-			held[i] = p.Grant
-		}
-		denied, err := grants.CheckGrants(ctx, tx, held)
-		if err != nil {
-			return err
 		}
 		var policies map[string]RetryPolicy
 		now := db.Now()
 		for i, p := range requests {
-			d := byID[p.DeliveryID]
+			d := found[i]
 			switch {
-			case denied[i] != nil:
-				outcomes[i].Err = denied[i]
-				continue
-			case d == nil || d.SubscriptionID != p.SubscriptionID:
-				outcomes[i].Err = errDeliveryNotFound
+			case refused[i] != nil:
+				outcomes[i].Err = refused[i]
 				continue
 			case !proofMatches(d, p.Epoch, p.Secret) || d.State != stateLeased:
 				outcomes[i].Err = ErrLeaseLost

@@ -457,34 +457,14 @@ type AckOutcome struct {
 // with grants in the same transaction, gets the error of
 // grants.CheckGrants. An error means nothing was recorded.
 func deliveryAckBatch(ctx context.Context, pool *sql.DB, grants auth.GrantChecker, acks []*DeliveryAckParams) ([]AckOutcome, error) {
-	ids := make([]string, 0, len(acks))
-	for _, p := range acks {
-		ids = append(ids, p.DeliveryID)
-	}
-	// Rows are locked in primary-key order, the same in every batch.
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
+	targets := make([]batchTarget, len(acks))
+	for i, p := range acks {
+		targets[i] = batchTarget{DeliveryID: p.DeliveryID, SubscriptionID: p.SubscriptionID, Grant: p.Grant}
 	}
 	var outcomes []AckOutcome
 	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
 		outcomes = make([]AckOutcome, len(acks))
-		locked, err := queryDeliveries(ctx, tx, `SELECT `+deliveryColumns+` FROM event_deliveries
-			WHERE id IN (`+db.Placeholders(len(ids))+`) ORDER BY id FOR UPDATE`, args...)
-		if err != nil {
-			return err
-		}
-		byID := make(map[string]*Delivery, len(locked))
-		for _, d := range locked {
-			byID[d.ID] = d
-		}
-		held := make([]auth.Grant, len(acks))
-		for i, p := range acks {
-			held[i] = p.Grant
-		}
-		denied, err := grants.CheckGrants(ctx, tx, held)
+		found, refused, _, err := batchLock(ctx, tx, grants, targets)
 		if err != nil {
 			return err
 		}
@@ -492,13 +472,10 @@ func deliveryAckBatch(ctx context.Context, pool *sql.DB, grants auth.GrantChecke
 		var acked []*Delivery
 		var sessions []string
 		for i, p := range acks {
-			d := byID[p.DeliveryID]
+			d := found[i]
 			switch {
-			case denied[i] != nil:
-				outcomes[i].Err = denied[i]
-				continue
-			case d == nil || d.SubscriptionID != p.SubscriptionID:
-				outcomes[i].Err = errDeliveryNotFound
+			case refused[i] != nil:
+				outcomes[i].Err = refused[i]
 				continue
 			case !proofHolds(d, p):
 				outcomes[i].Err = ErrLeaseLost
@@ -544,6 +521,66 @@ func deliveryAckBatch(ctx context.Context, pool *sql.DB, grants auth.GrantChecke
 		return nil, fmt.Errorf("subscriptions: ack: %w", err)
 	}
 	return outcomes, nil
+}
+
+// batchTarget is what one request of a batch on deliveries (ACKs, control
+// requests) names: the delivery, the subscription of the connection it
+// came on, and the grant it holds.
+type batchTarget struct {
+	DeliveryID     string
+	SubscriptionID string
+	Grant          auth.Grant
+}
+
+// batchLock locks the deliveries that targets name, in primary-key order
+// (the same in every batch, so that batches do not deadlock), and checks
+// the targets' grants with grants in tx. For each target, in order, it
+// returns its delivery in found, or in refused the error that refuses it:
+// the grant's error of grants.CheckGrants, or errDeliveryNotFound when the
+// delivery does not exist or belongs to another subscription. locked holds
+// every row locked. An error means the batch cannot be judged.
+func batchLock(ctx context.Context, tx *sql.Tx, grants auth.GrantChecker, targets []batchTarget) (found []*Delivery, refused []error, locked []*Delivery, err error) {
+	ids := make([]string, 0, len(targets))
+	for _, t := range targets {
+		ids = append(ids, t.DeliveryID)
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	locked, err = queryDeliveries(ctx, tx, `SELECT `+deliveryColumns+` FROM event_deliveries
+		WHERE id IN (`+db.Placeholders(len(ids))+`) ORDER BY id FOR UPDATE`, args...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	byID := make(map[string]*Delivery, len(locked))
+	for _, d := range locked {
+		byID[d.ID] = d
+	}
+	held := make([]auth.Grant, len(targets))
+	for i, t := range targets {
+		held[i] = t.Grant
+	}
+	denied, err := grants.CheckGrants(ctx, tx, held)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	found = make([]*Delivery, len(targets))
+	refused = make([]error, len(targets))
+	for i, t := range targets {
+		d := byID[t.DeliveryID]
+		switch {
+		case denied[i] != nil:
+			refused[i] = denied[i]
+		case d == nil || d.SubscriptionID != t.SubscriptionID:
+			refused[i] = errDeliveryNotFound
+		default:
+			found[i] = d
+		}
+	}
+	return found, refused, locked, nil
 }
 
 // proofHolds reports whether an ACK's epoch and secret are the delivery's

@@ -32,6 +32,24 @@ func (m *Module) routes(r *mux.Router) {
 	r.Handle("/v1/subscriptions/{id}", auth.Require(a, auth.PermEventsManage, http.HandlerFunc(m.remove))).Methods(http.MethodDelete)
 }
 
+// checkChange checks the required fields of an audited change, then its
+// reason (one of fields).
+func checkChange(reason *string, fields ...httpx.Field) error {
+	if err := httpx.Required(fields...); err != nil {
+		return err
+	}
+	return checkReason(*reason)
+}
+
+// loadOwnedChange checks an audited change to the subscription named in
+// the path (checkChange), then loads it as loadOwned does.
+func (m *Module) loadOwnedChange(r *http.Request, reason *string, fields ...httpx.Field) (*Subscription, error) {
+	if err := checkChange(reason, fields...); err != nil {
+		return nil, err
+	}
+	return m.loadOwned(r)
+}
+
 func checkReason(reason string) error {
 	if n := utf8.RuneCountInString(reason); n == 0 || n > maxReasonChars {
 		return httpx.Errorf(httpx.CodeInvalidArgument, "reason must be 1 to %d characters", maxReasonChars)
@@ -217,14 +235,11 @@ type configureRequest struct {
 func (m *Module) configure(w http.ResponseWriter, r *http.Request) {
 	var req configureRequest
 	idem.Write(w, r, m.db, &req, func(p *auth.Principal) (idem.Change, error) {
-		if err := httpx.Required(
+		if err := checkChange(req.Reason,
 			httpx.Field{Path: "expected_revision", Present: req.ExpectedRevision != nil},
 			httpx.Field{Path: "enabled", Present: req.Enabled != nil},
 			httpx.Field{Path: "reason", Present: req.Reason != nil},
 		); err != nil {
-			return nil, err
-		}
-		if err := checkReason(*req.Reason); err != nil {
 			return nil, err
 		}
 		var policy *RetryPolicy
@@ -386,14 +401,11 @@ type deliveryReceipt struct {
 func (m *Module) retry(w http.ResponseWriter, r *http.Request) {
 	var req retryRequest
 	idem.Write(w, r, m.db, &req, func(p *auth.Principal) (idem.Change, error) {
-		if err := httpx.Required(
+		if err := checkChange(req.Reason,
 			httpx.Field{Path: "expected_revision", Present: req.ExpectedRevision != nil},
 			httpx.Field{Path: "reason", Present: req.Reason != nil},
 			httpx.Field{Path: "additional_attempts", Present: req.AdditionalAttempts != nil},
 		); err != nil {
-			return nil, err
-		}
-		if err := checkReason(*req.Reason); err != nil {
 			return nil, err
 		}
 		if n := *req.AdditionalAttempts; n < 1 || n > maxAdditionalAttempts {

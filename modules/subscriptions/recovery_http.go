@@ -242,17 +242,11 @@ type skipReceipt struct {
 func (m *Module) skip(w http.ResponseWriter, r *http.Request) {
 	var req skipRequest
 	idem.Write(w, r, m.db, &req, func(p *auth.Principal) (idem.Change, error) {
-		if err := httpx.Required(
+		s, err := m.loadOwnedChange(r, req.Reason,
 			httpx.Field{Path: "to_sequence", Present: req.ToSequence != nil},
 			httpx.Field{Path: "expected_revision", Present: req.ExpectedRevision != nil},
 			httpx.Field{Path: "reason", Present: req.Reason != nil},
-		); err != nil {
-			return nil, err
-		}
-		if err := checkReason(*req.Reason); err != nil {
-			return nil, err
-		}
-		s, err := m.loadOwned(r)
+		)
 		if err != nil {
 			return nil, err
 		}
@@ -293,16 +287,10 @@ type deletionReceipt struct {
 func (m *Module) remove(w http.ResponseWriter, r *http.Request) {
 	var req deleteRequest
 	idem.Write(w, r, m.db, &req, func(p *auth.Principal) (idem.Change, error) {
-		if err := httpx.Required(
+		s, err := m.loadOwnedChange(r, req.Reason,
 			httpx.Field{Path: "expected_revision", Present: req.ExpectedRevision != nil},
 			httpx.Field{Path: "reason", Present: req.Reason != nil},
-		); err != nil {
-			return nil, err
-		}
-		if err := checkReason(*req.Reason); err != nil {
-			return nil, err
-		}
-		s, err := m.loadOwned(r)
+		)
 		if err != nil {
 			var he *httpx.Error
 			if !errors.As(err, &he) || he.Code != httpx.CodeNotFound {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/testkit/netproxy"
 	"github.com/orbitrun/orbit/internal/testkit/orbitproc"
 	"github.com/orbitrun/orbit/internal/testkit/testdb"
 	"github.com/orbitrun/orbit/internal/wake"
@@ -190,7 +191,7 @@ func TestServerKilledMidLeaseLosesNothing(t *testing.T) {
 		"ORBIT_LOG_LEVEL=debug",
 	}}
 	first := orbitproc.Start(t, params)
-	px := startProxy(t, params.Addr)
+	px := netproxy.Start(t, params.Addr)
 
 	// Tasks whose i is a multiple of 10 block: task 0 until gateFirst is
 	// closed, the others until gateRest is closed.
@@ -276,7 +277,7 @@ func TestServerKilledMidLeaseLosesNothing(t *testing.T) {
 	// From here the server's frames to the worker are lost: it commits task
 	// 0's completion, but the ack never arrives; it leases task 31 in its
 	// place, but the task.assign never arrives either.
-	if n := px.dropReplies(); n != 1 {
+	if n := px.DropReplies(); n != 1 {
 		t.Fatalf("the proxy carries %d connections, want the worker's one", n)
 	}
 	close(gateFirst)

@@ -20,6 +20,7 @@ import (
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/testkit/dbtest"
+	"github.com/orbitrun/orbit/internal/testkit/netproxy"
 	"github.com/orbitrun/orbit/internal/testkit/orbitproc"
 	"github.com/orbitrun/orbit/internal/testkit/testdb"
 	"github.com/orbitrun/orbit/modules/admin"
@@ -106,9 +107,9 @@ type run struct {
 	workerGen   [2]int
 	consumer    *child
 	consumerGen int
-	consumerPx  *faultProxy
+	consumerPx  *netproxy.Proxy
 	receivers   [2]*child
-	receiverPx  [2]*faultProxy
+	receiverPx  [2]*netproxy.Proxy
 	receiverGen [2]int
 
 	faults  []fault
@@ -257,10 +258,10 @@ func (r *run) setUp() {
 	for i := range r.workers {
 		r.startWorker(i)
 	}
-	r.consumerPx = startFaultProxy(t, r.serve.Addr)
+	r.consumerPx = netproxy.Start(t, r.serve.Addr)
 	r.startConsumer()
 	for i := range r.receivers {
-		r.receiverPx[i] = startFaultProxy(t, r.serve.Addr)
+		r.receiverPx[i] = netproxy.Start(t, r.serve.Addr)
 		r.startReceiver(i)
 	}
 }
@@ -342,12 +343,12 @@ func (r *run) consumerKill() {
 // Once the Inbox shows events committed whose deliveries are still
 // LEASED, the receiver is killed; the held ACKs die with its connections.
 func (r *run) receiverKill(i int) {
-	r.receiverPx[i].hold(true)
+	r.receiverPx[i].Hold(true)
 	time.Sleep(holdFor)
 	window := r.committedUnacked()
 	start := time.Now()
 	r.receivers[i].kill(r.t)
-	r.receiverPx[i].cut()
+	r.receiverPx[i].Cut()
 	r.startReceiver(i)
 	r.record(fault{kind: kindReceiverKill, start: start, end: start, events: window,
 		note: fmt.Sprintf("%d events committed in the Inbox, not ACKed, at the kill", len(window))})
@@ -398,7 +399,7 @@ func (r *run) dbStop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	before := r.consumerPx.acceptedCount()
+	before := r.consumerPx.Accepted()
 	if err := r.dbsrv.Stop(ctx); err != nil {
 		r.t.Fatal(err)
 	}
@@ -411,7 +412,7 @@ func (r *run) dbStop() {
 	if err := r.dbsrv.Restart(ctx); err != nil {
 		r.t.Fatal(err)
 	}
-	reconnects := r.consumerPx.acceptedCount() - before
+	reconnects := r.consumerPx.Accepted() - before
 	r.record(fault{kind: kindDBStop, start: start, end: time.Now(),
 		note: fmt.Sprintf("/healthz %d, /readyz %d while down; consumer connections opened meanwhile: %d", health, ready, reconnects)})
 }
@@ -476,9 +477,9 @@ func (r *run) receiverCommitLost() {
 // the lease, then lets it read again.
 func (r *run) consumerStall() {
 	start := time.Now()
-	r.consumerPx.stall(true)
+	r.consumerPx.Stall(true)
 	time.Sleep(stallFor)
-	r.consumerPx.stall(false)
+	r.consumerPx.Stall(false)
 	r.record(fault{kind: kindConsumerStall, start: start, end: time.Now(), sub: r.subB,
 		note: fmt.Sprintf("no reads for %s (lease %s)", stallFor, eventLease)})
 }

@@ -3,11 +3,14 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -48,6 +51,20 @@ func (f *clientFlags) connect(cmd *cobra.Command) (*client.Client, *printer, err
 		return nil, nil, err
 	}
 	return c, p, nil
+}
+
+// connectQueue connects and resolves --queue (flag value queue) to a
+// queue id.
+func (f *clientFlags) connectQueue(cmd *cobra.Command, queue string) (*client.Client, *printer, string, error) {
+	c, p, err := f.connect(cmd)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	queueID, err := c.QueueID(cmd.Context(), "--queue", queue)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return c, p, queueID, nil
 }
 
 func (f *clientFlags) printer(cmd *cobra.Command) (*printer, error) {
@@ -269,6 +286,53 @@ func conflict(err error, what string) error {
 		return fmt.Errorf("%w; %s changed since this command read it, nothing was changed: look again and repeat the command", err, what)
 	}
 	return err
+}
+
+// send makes one idempotent write: it notes the key and the flags that
+// repeat it (repeat), sends body with method to path and prints the reply.
+// With what set, the write carried a revision the command read itself, and
+// a STATE_CONFLICT is reworded as a change of what in between (conflict).
+func (p *printer) send(ctx context.Context, c *client.Client, method, path, key string, body map[string]any, what string, repeat ...string) error {
+	p.noteKey(key, repeat...)
+	raw, err := c.Do(ctx, method, path, nil, key, body)
+	if err != nil {
+		if what != "" {
+			return conflict(err, what)
+		}
+		return err
+	}
+	return p.object(raw, true)
+}
+
+// expectedRevision returns --expected-revision when given, else the current
+// revision of the object at path (of its member, when member is set).
+func expectedRevision(cmd *cobra.Command, c *client.Client, path, member string, expected uint64) (string, error) {
+	if cmd.Flags().Changed("expected-revision") {
+		return strconv.FormatUint(expected, 10), nil
+	}
+	raw, err := c.Get(cmd.Context(), path, nil)
+	if err != nil {
+		return "", err
+	}
+	if member != "" {
+		raw = field(raw, member)
+	}
+	n, err := client.Revision(raw)
+	if err != nil {
+		return "", err
+	}
+	return strconv.FormatUint(n, 10), nil
+}
+
+// listPage lists one page of path with query q (plus --limit and
+// --cursor) and prints it under columns.
+func (p *printer) listPage(ctx context.Context, c *client.Client, path string, q url.Values, limit int, cursor string, columns []column) error {
+	pageQuery(q, limit, cursor)
+	pg, raw, err := c.List(ctx, path, q)
+	if err != nil {
+		return err
+	}
+	return p.page(pg, raw, columns)
 }
 
 // requireReason checks --reason, which every audited change needs.

@@ -76,11 +76,7 @@ Examples:
 			if interval < 10*time.Millisecond {
 				return fmt.Errorf("--interval: %s is shorter than 10ms", interval)
 			}
-			c, p, err := flags.connect(cmd)
-			if err != nil {
-				return err
-			}
-			id, err := sub.resolve(cmd.Context(), c, args[0])
+			c, p, id, err := sub.connect(cmd, flags, args[0])
 			if err != nil {
 				return err
 			}

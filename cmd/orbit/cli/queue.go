@@ -40,13 +40,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			q := url.Values{}
-			pageQuery(q, limit, cursor)
-			pg, raw, err := c.List(cmd.Context(), "/v1/queues", q)
-			if err != nil {
-				return err
-			}
-			return p.page(pg, raw, []column{{"ID", "id"}, {"NAME", "name"}, {"NAMESPACE", "namespace"}, {"CREATED", "created_at"}})
+			return p.listPage(cmd.Context(), c, "/v1/queues", url.Values{}, limit, cursor, []column{{"ID", "id"}, {"NAME", "name"}, {"NAMESPACE", "namespace"}, {"CREATED", "created_at"}})
 		},
 	}
 	addPageFlags(cmd, &limit, &cursor)

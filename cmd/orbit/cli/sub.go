@@ -57,6 +57,61 @@ func (s *subArg) resolve(ctx context.Context, c *client.Client, value string) (s
 	return c.SubscriptionID(ctx, value, "--queue", s.queue)
 }
 
+// connect connects and resolves the SUB argument value to a subscription
+// id.
+func (s *subArg) connect(cmd *cobra.Command, flags *clientFlags, value string) (*client.Client, *printer, string, error) {
+	c, p, err := flags.connect(cmd)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	id, err := s.resolve(cmd.Context(), c, value)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return c, p, id, nil
+}
+
+// subChange is a change of one subscription at its revision (configure,
+// delete, skip): a concurrent change is refused (STATE_CONFLICT) instead
+// of overwritten.
+type subChange struct {
+	sub      subArg
+	key      string
+	expected uint64
+}
+
+func (s *subChange) add(cmd *cobra.Command, verb string) {
+	s.sub.add(cmd)
+	cmd.Flags().Uint64Var(&s.expected, "expected-revision", 0, "the revision to act on (default: the current one, read first)")
+	cmd.Flags().StringVar(&s.key, "idempotency-key", "", "repeat an earlier "+verb+" with its key and --expected-revision (default: a new key)")
+}
+
+// run resolves SUB (arg), reads its revision unless --expected-revision,
+// asks question (formatted with the subscription id) unless it is empty,
+// and sends body with expected_revision to the subscription's path plus
+// suffix.
+func (s *subChange) run(cmd *cobra.Command, flags *clientFlags, arg, method, suffix string, body map[string]any, question string) error {
+	key, err := idempotencyKey(s.key)
+	if err != nil {
+		return err
+	}
+	c, p, id, err := s.sub.connect(cmd, flags, arg)
+	if err != nil {
+		return err
+	}
+	rev, err := expectedRevision(cmd, c, subPath(id), "", s.expected)
+	if err != nil {
+		return err
+	}
+	if question != "" {
+		if err := p.confirm(fmt.Sprintf(question, id)); err != nil {
+			return err
+		}
+	}
+	body["expected_revision"] = rev
+	return p.send(cmd.Context(), c, method, subPath(id)+suffix, key, body, "the subscription", "--expected-revision", rev)
+}
+
 func subPath(id string) string { return "/v1/subscriptions/" + client.PathID(id) }
 
 // sequenceFlag checks a sequence flag: a canonical decimal.
@@ -103,15 +158,11 @@ Example:
 			if maxAttempts < 0 || maxAttempts > 100 {
 				return fmt.Errorf("--max-attempts: %d is not from 1 to 100", maxAttempts)
 			}
-			var err error
-			if key, err = idempotencyKey(key); err != nil {
-				return err
-			}
-			c, p, err := flags.connect(cmd)
+			key, err := idempotencyKey(key)
 			if err != nil {
 				return err
 			}
-			queueID, err := c.QueueID(cmd.Context(), "--queue", queue)
+			c, p, queueID, err := flags.connectQueue(cmd, queue)
 			if err != nil {
 				return err
 			}
@@ -128,12 +179,7 @@ Example:
 			if maxAttempts > 0 {
 				req["max_attempts"] = maxAttempts
 			}
-			p.noteKey(key)
-			raw, err := c.Do(cmd.Context(), "POST", "/v1/subscriptions", nil, key, req)
-			if err != nil {
-				return err
-			}
-			return p.object(raw, true)
+			return p.send(cmd.Context(), c, "POST", "/v1/subscriptions", key, req, "")
 		},
 	}
 	fl := cmd.Flags()
@@ -166,21 +212,11 @@ Example:
 			if err := checkLimit(limit); err != nil {
 				return err
 			}
-			c, p, err := flags.connect(cmd)
+			c, p, queueID, err := flags.connectQueue(cmd, queue)
 			if err != nil {
 				return err
 			}
-			queueID, err := c.QueueID(cmd.Context(), "--queue", queue)
-			if err != nil {
-				return err
-			}
-			q := url.Values{"queue_id": {queueID}}
-			pageQuery(q, limit, cursor)
-			pg, raw, err := c.List(cmd.Context(), "/v1/subscriptions", q)
-			if err != nil {
-				return err
-			}
-			return p.page(pg, raw, subscriptionCol)
+			return p.listPage(cmd.Context(), c, "/v1/subscriptions", url.Values{"queue_id": {queueID}}, limit, cursor, subscriptionCol)
 		},
 	}
 	cmd.Flags().StringVar(&queue, "queue", "", "queue name or id (default: the credentials file's queue)")
@@ -200,11 +236,7 @@ Example:
   orbit sub get billing -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, p, err := flags.connect(cmd)
-			if err != nil {
-				return err
-			}
-			id, err := sub.resolve(cmd.Context(), c, args[0])
+			c, p, id, err := sub.connect(cmd, flags, args[0])
 			if err != nil {
 				return err
 			}
@@ -219,33 +251,10 @@ Example:
 	return cmd
 }
 
-// readRevision reads a subscription's current revision.
-func readRevision(ctx context.Context, c *client.Client, id string) (uint64, error) {
-	raw, err := c.Get(ctx, subPath(id), nil)
-	if err != nil {
-		return 0, err
-	}
-	return client.Revision(raw)
-}
-
-// revisionFlag returns --expected-revision when given, else the
-// subscription's current revision.
-func revisionFlag(cmd *cobra.Command, c *client.Client, id string, expected uint64) (string, error) {
-	if cmd.Flags().Changed("expected-revision") {
-		return strconv.FormatUint(expected, 10), nil
-	}
-	rev, err := readRevision(cmd.Context(), c, id)
-	if err != nil {
-		return "", err
-	}
-	return strconv.FormatUint(rev, 10), nil
-}
-
 func subConfigureCommand(flags *clientFlags, enable bool) *cobra.Command {
 	var (
-		sub           subArg
-		reason, key   string
-		expected      uint64
+		change        subChange
+		reason        string
 		verb, example = "pause", "orbit sub pause billing --reason \"receiver maintenance\""
 	)
 	short := "Pause a subscription: nothing new is delivered (POST …:configure)"
@@ -268,44 +277,19 @@ Example:
 			if err := requireReason(reason); err != nil {
 				return err
 			}
-			var err error
-			if key, err = idempotencyKey(key); err != nil {
-				return err
-			}
-			c, p, err := flags.connect(cmd)
-			if err != nil {
-				return err
-			}
-			id, err := sub.resolve(cmd.Context(), c, args[0])
-			if err != nil {
-				return err
-			}
-			rev, err := revisionFlag(cmd, c, id, expected)
-			if err != nil {
-				return err
-			}
-			p.noteKey(key, "--expected-revision", rev)
-			raw, err := c.Do(cmd.Context(), "POST", subPath(id)+":configure", nil, key,
-				map[string]any{"expected_revision": rev, "enabled": enable, "reason": reason})
-			if err != nil {
-				return conflict(err, "the subscription")
-			}
-			return p.object(raw, true)
+			return change.run(cmd, flags, args[0], "POST", ":configure", map[string]any{"enabled": enable, "reason": reason}, "")
 		},
 	}
-	sub.add(cmd)
+	change.add(cmd, verb)
 	cmd.Flags().StringVar(&reason, "reason", "", "why, kept in the audit log (required)")
-	cmd.Flags().Uint64Var(&expected, "expected-revision", 0, "the revision to act on (default: the current one, read first)")
-	cmd.Flags().StringVar(&key, "idempotency-key", "", "repeat an earlier "+verb+" with its key and --expected-revision (default: a new key)")
 	return cmd
 }
 
 func subDeleteCommand(flags *clientFlags) *cobra.Command {
 	var (
-		sub         subArg
-		reason, key string
-		expected    uint64
-		yes         bool
+		change subChange
+		reason string
+		yes    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "delete SUB --reason TEXT",
@@ -322,40 +306,16 @@ Example:
 			if err := requireReason(reason); err != nil {
 				return err
 			}
-			var err error
-			if key, err = idempotencyKey(key); err != nil {
-				return err
+			question := "delete subscription %s and all its deliveries?"
+			if yes {
+				question = ""
 			}
-			c, p, err := flags.connect(cmd)
-			if err != nil {
-				return err
-			}
-			id, err := sub.resolve(cmd.Context(), c, args[0])
-			if err != nil {
-				return err
-			}
-			rev, err := revisionFlag(cmd, c, id, expected)
-			if err != nil {
-				return err
-			}
-			if !yes {
-				if err := p.confirm(fmt.Sprintf("delete subscription %s and all its deliveries?", id)); err != nil {
-					return err
-				}
-			}
-			p.noteKey(key, "--expected-revision", rev)
-			raw, err := c.Do(cmd.Context(), "DELETE", subPath(id), nil, key, map[string]any{"expected_revision": rev, "reason": reason})
-			if err != nil {
-				return conflict(err, "the subscription")
-			}
-			return p.object(raw, true)
+			return change.run(cmd, flags, args[0], "DELETE", "", map[string]any{"reason": reason}, question)
 		},
 	}
-	sub.add(cmd)
+	change.add(cmd, "delete")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, kept in the audit log (required)")
-	cmd.Flags().Uint64Var(&expected, "expected-revision", 0, "the revision to act on (default: the current one, read first)")
 	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
-	cmd.Flags().StringVar(&key, "idempotency-key", "", "repeat an earlier delete with its key and --expected-revision (default: a new key)")
 	return cmd
 }
 
@@ -391,11 +351,7 @@ Examples:
 			if err := checkLimit(limit); err != nil {
 				return err
 			}
-			c, p, err := flags.connect(cmd)
-			if err != nil {
-				return err
-			}
-			id, err := sub.resolve(cmd.Context(), c, args[0])
+			c, p, id, err := sub.connect(cmd, flags, args[0])
 			if err != nil {
 				return err
 			}
@@ -413,12 +369,7 @@ Examples:
 			if expiredReason != "" {
 				q.Set("expired_reason", expiredReason)
 			}
-			pageQuery(q, limit, cursor)
-			pg, raw, err := c.List(cmd.Context(), subPath(id)+"/deliveries", q)
-			if err != nil {
-				return err
-			}
-			return p.page(pg, raw, deliveryCol)
+			return p.listPage(cmd.Context(), c, subPath(id)+"/deliveries", q, limit, cursor, deliveryCol)
 		},
 	}
 	sub.add(cmd)
@@ -564,11 +515,7 @@ Examples:
 					}
 				}
 			}
-			c, p, err := flags.connect(cmd)
-			if err != nil {
-				return err
-			}
-			id, err := sub.resolve(cmd.Context(), c, args[0])
+			c, p, id, err := sub.connect(cmd, flags, args[0])
 			if err != nil {
 				return err
 			}
@@ -609,30 +556,18 @@ func retryOne(cmd *cobra.Command, c *client.Client, p *printer, subID, deliveryI
 		return err
 	}
 	path := subPath(subID) + "/deliveries/" + client.PathID(deliveryID)
-	rev := strconv.FormatUint(expected, 10)
-	if !cmd.Flags().Changed("expected-revision") {
-		raw, err := c.Get(cmd.Context(), path, nil)
-		if err != nil {
-			return err
-		}
-		n, err := client.Revision(field(raw, "delivery"))
-		if err != nil {
-			return err
-		}
-		rev = strconv.FormatUint(n, 10)
+	rev, err := expectedRevision(cmd, c, path, "delivery", expected)
+	if err != nil {
+		return err
 	}
 	if !g.yes {
 		if err := p.confirm(fmt.Sprintf("retry delivery %s with %d more attempts?", deliveryID, additional)); err != nil {
 			return err
 		}
 	}
-	p.noteKey(key, "--expected-revision", rev)
-	raw, err := c.Do(cmd.Context(), "POST", path+":retry", nil, key,
-		map[string]any{"expected_revision": rev, "reason": reason, "additional_attempts": additional})
-	if err != nil {
-		return conflict(err, "the delivery")
-	}
-	return p.object(raw, true)
+	return p.send(cmd.Context(), c, "POST", path+":retry", key,
+		map[string]any{"expected_revision": rev, "reason": reason, "additional_attempts": additional},
+		"the delivery", "--expected-revision", rev)
 }
 
 func subReplayCommand(flags *clientFlags) *cobra.Command {
@@ -669,11 +604,7 @@ Example:
 					return err
 				}
 			}
-			c, p, err := flags.connect(cmd)
-			if err != nil {
-				return err
-			}
-			id, err := sub.resolve(cmd.Context(), c, args[0])
+			c, p, id, err := sub.connect(cmd, flags, args[0])
 			if err != nil {
 				return err
 			}
@@ -691,9 +622,8 @@ Example:
 
 func subSkipCommand(flags *clientFlags) *cobra.Command {
 	var (
-		sub             subArg
-		reason, to, key string
-		expected        uint64
+		change     subChange
+		reason, to string
 	)
 	cmd := &cobra.Command{
 		Use:   "skip SUB --to-sequence N|head --reason TEXT",
@@ -720,35 +650,11 @@ Example:
 					return err
 				}
 			}
-			var err error
-			if key, err = idempotencyKey(key); err != nil {
-				return err
-			}
-			c, p, err := flags.connect(cmd)
-			if err != nil {
-				return err
-			}
-			id, err := sub.resolve(cmd.Context(), c, args[0])
-			if err != nil {
-				return err
-			}
-			rev, err := revisionFlag(cmd, c, id, expected)
-			if err != nil {
-				return err
-			}
-			p.noteKey(key, "--expected-revision", rev)
-			raw, err := c.Do(cmd.Context(), "POST", subPath(id)+":skip", nil, key,
-				map[string]any{"to_sequence": to, "expected_revision": rev, "reason": reason})
-			if err != nil {
-				return conflict(err, "the subscription")
-			}
-			return p.object(raw, true)
+			return change.run(cmd, flags, args[0], "POST", ":skip", map[string]any{"to_sequence": to, "reason": reason}, "")
 		},
 	}
-	sub.add(cmd)
+	change.add(cmd, "skip")
 	cmd.Flags().StringVar(&to, "to-sequence", "", "the new cursor: a sequence, or head (required)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, kept in the audit log (required)")
-	cmd.Flags().Uint64Var(&expected, "expected-revision", 0, "the revision to act on (default: the current one, read first)")
-	cmd.Flags().StringVar(&key, "idempotency-key", "", "repeat an earlier skip with its key and --expected-revision (default: a new key)")
 	return cmd
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -106,11 +105,7 @@ Examples:
 			if key, err = idempotencyKey(key); err != nil {
 				return err
 			}
-			c, p, err := flags.connect(cmd)
-			if err != nil {
-				return err
-			}
-			queueID, err := c.QueueID(cmd.Context(), "--queue", queue)
+			c, p, queueID, err := flags.connectQueue(cmd, queue)
 			if err != nil {
 				return err
 			}
@@ -118,12 +113,7 @@ Examples:
 			if maxAttempts > 0 {
 				req["max_attempts"] = maxAttempts
 			}
-			p.noteKey(key)
-			raw, err := c.Do(cmd.Context(), "POST", "/v1/tasks", nil, key, req)
-			if err != nil {
-				return err
-			}
-			return p.object(raw, true)
+			return p.send(cmd.Context(), c, "POST", "/v1/tasks", key, req, "")
 		},
 	}
 	fl := cmd.Flags()
@@ -185,11 +175,7 @@ Examples:
 			if err := checkLimit(limit); err != nil {
 				return err
 			}
-			c, p, err := flags.connect(cmd)
-			if err != nil {
-				return err
-			}
-			queueID, err := c.QueueID(cmd.Context(), "--queue", queue)
+			c, p, queueID, err := flags.connectQueue(cmd, queue)
 			if err != nil {
 				return err
 			}
@@ -197,12 +183,7 @@ Examples:
 			if state != "" {
 				q.Set("state", state)
 			}
-			pageQuery(q, limit, cursor)
-			pg, raw, err := c.List(cmd.Context(), "/v1/tasks", q)
-			if err != nil {
-				return err
-			}
-			return p.page(pg, raw, taskColumns)
+			return p.listPage(cmd.Context(), c, "/v1/tasks", q, limit, cursor, taskColumns)
 		},
 	}
 	cmd.Flags().StringVar(&queue, "queue", "", "queue name or id (default: the credentials file's queue)")
@@ -236,8 +217,8 @@ Example:
 			if err := checkID("TASK_ID", args[0]); err != nil {
 				return err
 			}
-			var err error
-			if key, err = idempotencyKey(key); err != nil {
+			key, err := idempotencyKey(key)
+			if err != nil {
 				return err
 			}
 			c, p, err := flags.connect(cmd)
@@ -248,12 +229,7 @@ Example:
 			if reason != "" {
 				req["reason"] = reason
 			}
-			p.noteKey(key)
-			raw, err := c.Do(cmd.Context(), "POST", "/v1/tasks/"+client.PathID(args[0])+":cancel", nil, key, req)
-			if err != nil {
-				return err
-			}
-			return p.object(raw, true)
+			return p.send(cmd.Context(), c, "POST", "/v1/tasks/"+client.PathID(args[0])+":cancel", key, req, "")
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, kept in the audit log")
@@ -303,26 +279,15 @@ Example:
 				return err
 			}
 			path := "/v1/tasks/" + client.PathID(args[0])
-			revision := expected
-			if !cmd.Flags().Changed("expected-revision") {
-				raw, err := c.Get(cmd.Context(), path, nil)
-				if err != nil {
-					return err
-				}
-				if revision, err = client.Revision(raw); err != nil {
-					return err
-				}
+			rev, err := expectedRevision(cmd, c, path, "", expected)
+			if err != nil {
+				return err
 			}
-			req := map[string]any{"expected_revision": strconv.FormatUint(revision, 10), "resolution": resolution, "reason": reason}
+			req := map[string]any{"expected_revision": rev, "resolution": resolution, "reason": reason}
 			if hasResult {
 				req["result"] = res
 			}
-			p.noteKey(key, "--expected-revision", strconv.FormatUint(revision, 10))
-			raw, err := c.Do(cmd.Context(), "POST", path+":review", nil, key, req)
-			if err != nil {
-				return conflict(err, "the task")
-			}
-			return p.object(raw, true)
+			return p.send(cmd.Context(), c, "POST", path+":review", key, req, "the task", "--expected-revision", rev)
 		},
 	}
 	fl := cmd.Flags()

@@ -139,3 +139,44 @@ func reachReason(err error) string {
 	}
 	return "cannot connect"
 }
+
+// ownSubscription checks the receiver's settings and fetches its
+// subscription (ORBIT_SUBSCRIPTION_ID), refusing one of another queue than
+// the configured one, so that a misconfigured receiver touches nothing.
+// op names the command in errors, refusal what it refuses ("refusing to
+// start").
+func ownSubscription(ctx context.Context, cfg *Config, op, refusal string) (*orbit.Subscription, error) {
+	if cfg.SubscriptionID == "" {
+		return nil, fmt.Errorf("%s is not set: give the id of a subscription this credential created", EnvSubscriptionID)
+	}
+	if !inbox.ValidConsumerName(cfg.ReceiverName) {
+		return nil, fmt.Errorf("%s: %q is not a valid receiver name (at most 64 ASCII letters, digits, '.', '_', '-', a letter or digit first)", EnvReceiverName, cfg.ReceiverName)
+	}
+	client, err := cfg.Credentials.NewClient()
+	if err != nil {
+		return nil, err
+	}
+	sub, err := client.GetSubscription(ctx, cfg.SubscriptionID)
+	if err != nil {
+		return nil, fmt.Errorf("%s: subscription %s: %w", op, cfg.SubscriptionID, err)
+	}
+	if sub.QueueID != cfg.Credentials.QueueID {
+		return nil, fmt.Errorf("%s: subscription %s belongs to queue %s, not the configured queue %s; %s", op, sub.ID, sub.QueueID, cfg.Credentials.QueueID, refusal)
+	}
+	return sub, nil
+}
+
+// openStore opens the receiver's database and the Inbox of RECEIVER_NAME
+// on queueID; the caller closes db.
+func openStore(ctx context.Context, cfg *Config, queueID string) (*sql.DB, *inbox.Store, error) {
+	db, err := OpenReceiverDB(ctx, cfg.ReceiverDSN)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := inbox.NewStore(db, cfg.ReceiverName, queueID)
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return db, store, nil
+}

@@ -3,13 +3,10 @@ package receiver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 
 	orbit "github.com/orbitrun/orbit/sdk/go"
-
-	"github.com/orbitrun/orbit/examples/result-inbox/inbox"
 )
 
 // Consume receives an existing subscription's results and applies each
@@ -34,32 +31,15 @@ func Consume(ctx context.Context, cfg *Config, out io.Writer, logger *slog.Logge
 }
 
 func consume(ctx context.Context, cfg *Config, out io.Writer, logger *slog.Logger) error {
-	if cfg.SubscriptionID == "" {
-		return fmt.Errorf("%s is not set: give the id of a subscription this credential created", EnvSubscriptionID)
-	}
-	if !inbox.ValidConsumerName(cfg.ReceiverName) {
-		return fmt.Errorf("%s: %q is not a valid receiver name (at most 64 ASCII letters, digits, '.', '_', '-', a letter or digit first)", EnvReceiverName, cfg.ReceiverName)
-	}
-	client, err := cfg.Credentials.NewClient()
+	sub, err := ownSubscription(ctx, cfg, "consume", "refusing to start")
 	if err != nil {
 		return err
 	}
-	sub, err := client.GetSubscription(ctx, cfg.SubscriptionID)
-	if err != nil {
-		return fmt.Errorf("consume: subscription %s: %w", cfg.SubscriptionID, err)
-	}
-	if sub.QueueID != cfg.Credentials.QueueID {
-		return fmt.Errorf("consume: subscription %s belongs to queue %s, not the configured queue %s; refusing to start", sub.ID, sub.QueueID, cfg.Credentials.QueueID)
-	}
-	db, err := OpenReceiverDB(ctx, cfg.ReceiverDSN)
+	db, store, err := openStore(ctx, cfg, sub.QueueID)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	store, err := inbox.NewStore(db, cfg.ReceiverName, sub.QueueID)
-	if err != nil {
-		return err
-	}
 	p := &printer{out: out}
 	consumer, err := orbit.NewEventConsumer(orbit.EventConsumerConfig{
 		BaseURL: cfg.Credentials.URL, Token: cfg.Credentials.Token, SubscriptionID: sub.ID,

@@ -39,15 +39,11 @@ func Demo(ctx context.Context, cfg *Config, out io.Writer, logger *slog.Logger) 
 	if err != nil {
 		return err
 	}
-	db, err := OpenReceiverDB(ctx, cfg.ReceiverDSN)
+	db, store, err := openStore(ctx, cfg, creds.QueueID)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	store, err := inbox.NewStore(db, cfg.ReceiverName, creds.QueueID)
-	if err != nil {
-		return err
-	}
 
 	run := newID()
 	created, err := client.CreateSubscription(ctx, "inbox-demo:create:"+run, orbit.CreateSubscriptionRequest{
