@@ -62,6 +62,12 @@ func (r *results) table() string {
 		fmt.Fprintf(w, "orbit backlog drain, tracing on\tthe same log again · a new sub from 0 · OTLP/HTTP exporter, every trace sampled\t%s delivered+ACKed/s (%.0f %% of tracing off); %s OTLP export requests, %s KiB sent\t%s\t%s\n",
 			num(dt.Rate), 100*dt.Rate/d.Rate, num(float64(dt.Exports)), num(float64(dt.ExportBytes)/1024), perItem(dt.Cost, dt.Events), cpu(dt.Cost))
 	}
+	if j := r.jetstream; j != nil {
+		for _, x := range j.Drains {
+			fmt.Fprintf(w, "NATS JetStream drain (%s), fetch %d\t%s messages in stream · file store · 1 pull consumer · AckSync per message\t%s delivered+AckSync/s (Orbit's drain above: %.2f× of it)\t\t\n",
+				j.Version, x.Fetch, num(float64(x.Messages)), num(x.Rate), d.Rate/x.Rate)
+		}
+	}
 	if n := r.nack; n != nil {
 		fmt.Fprintf(w, "orbit backlog NACK-then-ACK\t%s results in log · every event NACKed once (delay 0), then ACKed · %d consumers × cap %d\t%s events NACKed+redelivered+ACKed/s\t%s\t%s\n",
 			num(float64(n.Events)), drainConsumers, consumerCapacity, num(n.Rate), perItem(n.Cost, n.Events), cpu(n.Cost))
@@ -75,6 +81,12 @@ func (r *results) table() string {
 	fmt.Fprintf(w, "orbit live end to end\t%d queues · %d worker × cap %d per queue · %d submitters · 1 consumer × cap %d per queue\t%s results/s (submit→complete→deliver→ACK); latency p50 %s · p95 %s · p99 %s%s\t%s\t%s\n",
 		liveQueues, liveWorkersPerQueue, liveWorkerCapacity, liveQueues*liveSubmitters, consumerCapacity,
 		num(l.Rate), ms(p50), ms(p95), ms(p99), liveNote, perItem(l.Cost, l.Tasks), cpu(l.Cost))
+	if lb := r.liveBatch; lb != nil {
+		p50, p95, p99, _ := lb.Lat.percentiles()
+		fmt.Fprintf(w, "orbit live end to end with batch submission\t%d queues · %d worker × cap %d per queue · %d submitters × %d tasks per POST /v1/tasks:batch · 1 consumer × cap %d per queue\t%s results/s (submitted at %s/s); latency p50 %s · p95 %s · p99 %s\t%s\t%s\n",
+			liveQueues, liveWorkersPerQueue, liveWorkerCapacity, liveQueues*liveSubmitters, liveBatch, consumerCapacity,
+			num(lb.Rate), num(lb.SubmitRate), ms(p50), ms(p95), ms(p99), perItem(lb.Cost, lb.Tasks), cpu(lb.Cost))
+	}
 	for _, x := range r.latency {
 		name := fmt.Sprintf("orbit latency @ %s/s (%s)", num(x.Level.Rate), x.Level.producer())
 		if x.Level.Label != "fixed" {
