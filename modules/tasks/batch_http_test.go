@@ -186,3 +186,69 @@ func TestTBatch_RefusedWhole(t *testing.T) {
 		t.Errorf("%d tasks after refused batches, want 0", n)
 	}
 }
+
+// TestTBatch_ConcurrentRepeatsCreateOnce: the same batch sent four times at
+// once creates each task once; every answer names, per key, the same task,
+// created by exactly one of them.
+func TestTBatch_ConcurrentRepeatsCreateOnce(t *testing.T) {
+	t.Parallel()
+	e := startServer(t)
+	c := e.cred(t, "batch-race")
+	const n, senders = 50, 4
+	items := make([]string, n)
+	for i := range items {
+		items[i] = fmt.Sprintf(`{"idempotency_key":"race-%d","queue_id":%q,"input":{"i":%d}}`, i, c.QueueID, i)
+	}
+	body := `{"tasks":[` + strings.Join(items, ",") + `]}`
+	answers := make([][]batchResult, senders)
+	done := make(chan int, senders)
+	for s := range senders {
+		go func() {
+			r := e.post(t, c, "/v1/tasks:batch", "", body)
+			if r.Status == http.StatusOK {
+				var reply struct {
+					Results []batchResult `json:"results"`
+				}
+				if err := json.Unmarshal(r.Data, &reply); err == nil {
+					answers[s] = reply.Results
+				}
+			} else {
+				t.Errorf("sender %d: %d %s", s, r.Status, r.Body)
+			}
+			done <- s
+		}()
+	}
+	for range senders {
+		<-done
+	}
+	for i := range n {
+		created, id := 0, ""
+		for s := range senders {
+			if len(answers[s]) != n {
+				t.Fatalf("sender %d got %d results", s, len(answers[s]))
+			}
+			r := answers[s][i]
+			if r.Status == http.StatusCreated {
+				created++
+			} else if r.Status != http.StatusOK {
+				t.Errorf("key %d, sender %d: %+v", i, s, r)
+				continue
+			}
+			rc := r.receipt(t)
+			if id != "" && rc.Task.ID != id {
+				t.Errorf("key %d: tasks %s and %s", i, id, rc.Task.ID)
+			}
+			id = rc.Task.ID
+		}
+		if created != 1 {
+			t.Errorf("key %d created %d times", i, created)
+		}
+	}
+	var count int
+	if err := e.srv.DB.QueryRow(`SELECT COUNT(*) FROM tasks WHERE queue_id = ?`, c.QueueID).Scan(&count); err != nil {
+		t.Fatal(err)
+	}
+	if count != n {
+		t.Errorf("%d tasks, want %d", count, n)
+	}
+}
