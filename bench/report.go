@@ -139,6 +139,14 @@ func (r *results) table() string {
 	fmt.Fprintf(&b, "- latency: each result is a PENDING task cancelled on a fixed schedule (open loop, results not started within the window are dropped) for %s per row, either by \"store commits\" (tasks.TaskCancel in its own transaction, one result per commit, then the node's wake-up, as the HTTP handler does: what the delivery path sees at the offered rate) or by \"HTTP cancels\" (POST /v1/tasks/{id}:cancel through the SDK client, whose own cost can cap the rate); latency = consumer handler start − event occurred_at (stamped inside the appending transaction just before COMMIT, so it includes the commit); one process, one clock\n",
 		r.opts.latencyDur)
 	fmt.Fprintf(&b, "- RSS: VmRSS of this process, which runs the Orbit server and the SDK consumers together, so it overstates the server alone\n")
+	if j := r.jetstream; j != nil {
+		fmt.Fprintf(&b, "- jetstream: %s (Debian's nats-server), started by the bench with JetStream on a file store in a temp directory on a free loopback port; %s messages published asynchronously to one stream (%s/s), then drained from the start by a new durable pull consumer (AckExplicit) per fetch size, every message acknowledged with AckSync; its CPU is not in the table (another process)\n",
+			j.Version, num(float64(r.drain.Events)), num(j.PublishRate))
+	}
+	if lb := r.liveBatch; lb != nil {
+		fmt.Fprintf(&b, "- live with batch submission: as live, on 4 queues of its own, each request POST /v1/tasks:batch of %d tasks (SDK SubmitTasks, one idempotency key per task); submissions ran at %s/s; results were committed at %s/s\n",
+			liveBatch, num(lb.SubmitRate), num(lb.CommitRate))
+	}
 	fmt.Fprintf(&b, "- watermill: %s; DefaultMySQLSchema + DefaultMySQLOffsetsAdapter, own database on the same server, one topic published once and consumed by one consumer group per batch size; each batch is one SERIALIZABLE transaction that locks the group's offset row (FOR UPDATE), writes offset_consumed per message and offset_acked once per batch, committed after every message of the batch is acked\n",
 		watermillVersion)
 	fmt.Fprintf(&b, "- commits = Com_commit (explicit COMMIT statements; every Orbit and Watermill transaction ends with one); fsyncs = %s; both per delivered item, over the whole row (background loops included); CPU = share of one core over the row, for this process (Orbit server and its clients), mysqld and every other process on the machine (%d cores = %d %%)\n",
