@@ -25,14 +25,19 @@ const (
 
 // Targets of the issue "Benchmarks side by side".
 const (
-	targetDrain      = 5000.0
-	targetLive       = 2000.0
-	targetPeerFactor = 3.0
-	targetP99        = 25 * time.Millisecond
-	targetCommits    = 2.0
-	targetRSS        = 150 << 20
-	targetRunTime    = 10 * time.Minute
-	watermillVersion = "watermill v1.5.1, watermill-sql v4.1.2"
+	targetDrain = 5000.0
+	targetLive  = 2000.0
+	// targetLiveBatch and targetJetStreamFactor are issue 16's: the live
+	// row with batch submission, and the drain against JetStream's
+	// fetch-100 drain of the same run.
+	targetLiveBatch       = 2500.0
+	targetJetStreamFactor = 0.7
+	targetPeerFactor      = 3.0
+	targetP99             = 25 * time.Millisecond
+	targetCommits         = 2.0
+	targetRSS             = 150 << 20
+	targetRunTime         = 10 * time.Minute
+	watermillVersion      = "watermill v1.5.1, watermill-sql v4.1.2"
 )
 
 // table renders every row with its settings as aligned text.
@@ -228,6 +233,19 @@ func (r *results) targets() []target {
 	}
 	atLeast(fmt.Sprintf("backlog of %s drained, delivered and ACKed, %d consumers", num(float64(r.drain.Events)), drainConsumers), targetDrain, r.drain.Rate, "/s")
 	atLeast(fmt.Sprintf("live, workers completing tasks on %d queues, end to end", liveQueues), targetLive, r.live.Rate, "/s")
+	if r.liveBatch != nil {
+		atLeast(fmt.Sprintf("live with batch submission (%d tasks per POST /v1/tasks:batch), end to end", liveBatch), targetLiveBatch, r.liveBatch.Rate, "/s")
+	}
+	if j := r.jetstream; j != nil && len(j.Drains) > 0 {
+		top := j.Drains[len(j.Drains)-1]
+		f := r.drain.Rate / top.Rate
+		t := target{what: fmt.Sprintf("drain ≥ 0.7× NATS JetStream's at fetch %d (%s/s in the same run)", top.Fetch, num(top.Rate)),
+			want: "≥ 0.70×", got: fmt.Sprintf("%.2f×", f), met: f >= targetJetStreamFactor}
+		if !t.met {
+			t.gap = fmt.Sprintf("needs %s/s, %.1f× the measured rate", num(targetJetStreamFactor*top.Rate), targetJetStreamFactor*top.Rate/r.drain.Rate)
+		}
+		ts = append(ts, t)
+	}
 	best := slices.MaxFunc(r.peer, func(a, b *peerResult) int { return cmp.Compare(a.Rate, b.Rate) })
 	factor := r.drain.Rate / best.Rate
 	t := target{what: fmt.Sprintf("≥ 3× Watermill's consumed-and-acked rate (its best, batch %d: %s/s; drain rate compared)", best.Batch, num(best.Rate)),
