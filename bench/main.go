@@ -45,7 +45,7 @@ func (o options) runs(name string) bool { return len(o.only) == 0 || o.only[name
 func main() {
 	var o options
 	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "Markdown file whose marked section receives the results; empty writes nothing")
-	flag.DurationVar(&o.timeout, "timeout", 9*time.Minute, "bound on the whole run")
+	flag.DurationVar(&o.timeout, "timeout", 11*time.Minute, "bound on the whole run")
 	flag.IntVar(&o.drainEvents, "drain-events", 50000, "results in the log before the backlog drain")
 	flag.IntVar(&o.liveTasks, "live-tasks", 8000, "tasks submitted, completed and delivered in the live row")
 	flag.IntVar(&liveWorkersPerQueue, "live-workers", 1, "SDK workers per queue in the live row")
