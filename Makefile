@@ -16,7 +16,7 @@ REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILDVCS  := $(if $(shell command -v git 2>/dev/null),,-buildvcs=false)
 LDFLAGS   := -X github.com/orbitrun/orbit/cmd/orbit/cli.version=$(VERSION) -X github.com/orbitrun/orbit/cmd/orbit/cli.revision=$(REVISION)
 
-.PHONY: build run test integration vet race bench fuzz chaos soak lint clean db-server browser
+.PHONY: build run test integration vet race bench fuzz chaos soak lint clean db-server browser nats-server
 
 build:
 	$(GO) build $(BUILDVCS) -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/orbit
@@ -74,9 +74,20 @@ race: db-server browser
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) test -race -count=1 ./...); done
 
 # bench is its own Go module; go.work lets `go run ./bench` resolve it from
-# the repository root.
-bench: db-server
+# the repository root. Its JetStream row runs Debian's nats-server, which
+# nats-server installs when missing (as root), as db-server does for
+# mariadb-server.
+bench: db-server nats-server
 	$(GO) run ./bench -out docs/benchmarks.md
+
+nats-server:
+	@if command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing nats-server (for the JetStream row of make bench)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nats-server >/dev/null; \
+	else \
+	    echo "no nats-server found: install it (Debian/Ubuntu: sudo apt-get install -y nats-server)"; exit 1; \
+	fi
 
 # fuzz runs every fuzz target (F-3) for FUZZTIME each and prints the table of
 # executions and crashers kept in docs/reliability.md. A crasher stays in its

@@ -73,7 +73,7 @@ type credential struct {
 func queueNames() []string {
 	names := []string{"drain", "nack", "idle"}
 	for i := range liveQueues {
-		names = append(names, fmt.Sprintf("live-%d", i))
+		names = append(names, fmt.Sprintf("live-%d", i), fmt.Sprintf("livebatch-%d", i))
 	}
 	for i := range latencyQueues {
 		names = append(names, fmt.Sprintf("lat-%d", i))

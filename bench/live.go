@@ -21,6 +21,10 @@ const (
 	liveConsumers      = 1 // per subscription
 )
 
+// liveBatch is the number of tasks per request of the live row with batch
+// submission (POST /v1/tasks:batch).
+const liveBatch = 100
+
 // liveWorkersPerQueue is the number of SDK workers per queue (-live-workers).
 var liveWorkersPerQueue = 1
 
@@ -42,8 +46,9 @@ type liveResult struct {
 // runLive submits n tasks spread over liveQueues queues as fast as
 // liveSubmitters per queue can, lets SDK workers complete them and measures
 // until consumers of one subscription per queue have acknowledged all n
-// results.
-func runLive(ctx context.Context, e *env, n int, timeout time.Duration) (*liveResult, error) {
+// results. Its queues are named prefix-0 … ; with batch > 0 each request
+// submits batch tasks (SubmitTasks) instead of one.
+func runLive(ctx context.Context, e *env, prefix string, n, batch int, timeout time.Duration) (*liveResult, error) {
 	res := &liveResult{Tasks: n, Lat: &latencies{}}
 	client, hc, err := e.newClient(liveQueues * liveSubmitters)
 	if err != nil {
@@ -53,7 +58,7 @@ func runLive(ctx context.Context, e *env, n int, timeout time.Duration) (*liveRe
 
 	var subs, queueIDs []string
 	for i := range liveQueues {
-		q := fmt.Sprintf("live-%d", i)
+		q := fmt.Sprintf("%s-%d", prefix, i)
 		sub, err := e.subscribe(ctx, client, q, q, nil, 0)
 		if err != nil {
 			return nil, err
@@ -124,12 +129,16 @@ func runLive(ctx context.Context, e *env, n int, timeout time.Duration) (*liveRe
 	for s := range liveQueues * liveSubmitters {
 		queue := queueIDs[s%liveQueues]
 		submitting.Go(func() {
+			if batch > 0 {
+				submitBatches(ctx, client, prefix, queue, n, batch, &next, &submitErr)
+				return
+			}
 			for {
 				i := next.Add(1) - 1
 				if i >= int64(n) || ctx.Err() != nil {
 					return
 				}
-				_, err := client.SubmitTask(ctx, fmt.Sprintf("live-%d", i), orbit.SubmitTaskRequest{
+				_, err := client.SubmitTask(ctx, fmt.Sprintf("%s-%d", prefix, i), orbit.SubmitTaskRequest{
 					QueueID: queue, Input: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)),
 				})
 				if err != nil {
@@ -186,4 +195,35 @@ func runLive(ctx context.Context, e *env, n int, timeout time.Duration) (*liveRe
 		return nil, fmt.Errorf("live consumers: %w", err)
 	}
 	return res, nil
+}
+
+// submitBatches submits tasks of the live row batch at a time, taking their
+// numbers from next until n are taken; the first error goes to submitErr.
+func submitBatches(ctx context.Context, client *orbit.Client, prefix, queue string, n, batch int, next *atomic.Int64, submitErr *atomic.Value) {
+	for ctx.Err() == nil {
+		first := next.Add(int64(batch)) - int64(batch)
+		if first >= int64(n) {
+			return
+		}
+		last := min(first+int64(batch), int64(n))
+		tasks := make([]orbit.BatchTask, 0, last-first)
+		for i := first; i < last; i++ {
+			tasks = append(tasks, orbit.BatchTask{IdempotencyKey: fmt.Sprintf("%s-%d", prefix, i), SubmitTaskRequest: orbit.SubmitTaskRequest{
+				QueueID: queue, Input: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)),
+			}})
+		}
+		results, err := client.SubmitTasks(ctx, tasks)
+		if err == nil {
+			for _, r := range results {
+				if r.Err != nil {
+					err = fmt.Errorf("task %s: %w", r.IdempotencyKey, r.Err)
+					break
+				}
+			}
+		}
+		if err != nil {
+			submitErr.CompareAndSwap(nil, err)
+			return
+		}
+	}
 }

@@ -37,7 +37,7 @@ type options struct {
 }
 
 // rowNames are the row groups -only accepts.
-var rowNames = []string{"raw", "metrics", "drain", "nack", "rss", "live", "latency", "peer"}
+var rowNames = []string{"raw", "metrics", "drain", "nack", "rss", "live", "livebatch", "latency", "jetstream", "peer"}
 
 // runs reports whether the row group name is part of this run.
 func (o options) runs(name string) bool { return len(o.only) == 0 || o.only[name] }
@@ -45,7 +45,7 @@ func (o options) runs(name string) bool { return len(o.only) == 0 || o.only[name
 func main() {
 	var o options
 	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "Markdown file whose marked section receives the results; empty writes nothing")
-	flag.DurationVar(&o.timeout, "timeout", 9*time.Minute, "bound on the whole run")
+	flag.DurationVar(&o.timeout, "timeout", 11*time.Minute, "bound on the whole run")
 	flag.IntVar(&o.drainEvents, "drain-events", 50000, "results in the log before the backlog drain")
 	flag.IntVar(&o.liveTasks, "live-tasks", 8000, "tasks submitted, completed and delivered in the live row")
 	flag.IntVar(&liveWorkersPerQueue, "live-workers", 1, "SDK workers per queue in the live row")
@@ -99,6 +99,8 @@ type results struct {
 	rss         *rssResult
 	metrics     *metricsResult
 	live        *liveResult
+	liveBatch   *liveResult
+	jetstream   *jetstreamRun
 	latency     []latencyResult
 	peerPub     *peerPublish
 	peer        []*peerResult
@@ -172,6 +174,12 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 			fmt.Fprintf(os.Stderr, "%s\n%s\n", costLine(r.drainTraced.Cost, r.drainTraced.Events), r.drainTraced.ProfileTop)
 		}
 	}
+	if o.runs("jetstream") {
+		step("NATS JetStream: its own nats-server, file store, %d messages, pull consumer with AckSync at fetch 1 and 100", o.drainEvents)
+		if r.jetstream, err = runJetStream(ctx, o.drainEvents, []int{1, 100}, step); err != nil {
+			return err
+		}
+	}
 	if o.runs("nack") {
 		step("NACK-then-ACK drain: appending %d results, then NACKing each once (delay 0) and ACKing it with %d consumers", o.drainEvents, drainConsumers)
 		if r.nack, err = runDrain(ctx, e, "nack", o.drainEvents, 0, 8*time.Minute, true); err != nil {
@@ -193,12 +201,22 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 
 	if o.runs("live") {
 		step("live: %d tasks over %d queues", o.liveTasks, liveQueues)
-		if r.live, err = runLive(ctx, e, o.liveTasks, 3*time.Minute); err != nil {
+		if r.live, err = runLive(ctx, e, "live", o.liveTasks, 0, 3*time.Minute); err != nil {
 			return err
 		}
 		step("%s", r.live.summary())
 		if len(o.only) > 0 {
 			fmt.Fprintf(os.Stderr, "%s\n%s\n", costLine(r.live.Cost, r.live.Tasks), r.live.DBSamples)
+		}
+	}
+	if o.runs("livebatch") {
+		step("live with batch submission: %d tasks over %d queues, %d per request", o.liveTasks, liveQueues, liveBatch)
+		if r.liveBatch, err = runLive(ctx, e, "livebatch", o.liveTasks, liveBatch, 3*time.Minute); err != nil {
+			return err
+		}
+		step("batch %s", r.liveBatch.summary())
+		if len(o.only) > 0 {
+			fmt.Fprintf(os.Stderr, "%s\n%s\n", costLine(r.liveBatch.Cost, r.liveBatch.Tasks), r.liveBatch.DBSamples)
 		}
 	}
 

@@ -25,14 +25,19 @@ const (
 
 // Targets of the issue "Benchmarks side by side".
 const (
-	targetDrain      = 5000.0
-	targetLive       = 2000.0
-	targetPeerFactor = 3.0
-	targetP99        = 25 * time.Millisecond
-	targetCommits    = 2.0
-	targetRSS        = 150 << 20
-	targetRunTime    = 10 * time.Minute
-	watermillVersion = "watermill v1.5.1, watermill-sql v4.1.2"
+	targetDrain = 5000.0
+	targetLive  = 2000.0
+	// targetLiveBatch and targetJetStreamFactor are issue 16's: the live
+	// row with batch submission, and the drain against JetStream's
+	// fetch-100 drain of the same run.
+	targetLiveBatch       = 2500.0
+	targetJetStreamFactor = 0.7
+	targetPeerFactor      = 3.0
+	targetP99             = 25 * time.Millisecond
+	targetCommits         = 2.0
+	targetRSS             = 150 << 20
+	targetRunTime         = 10 * time.Minute
+	watermillVersion      = "watermill v1.5.1, watermill-sql v4.1.2"
 )
 
 // table renders every row with its settings as aligned text.
@@ -62,6 +67,12 @@ func (r *results) table() string {
 		fmt.Fprintf(w, "orbit backlog drain, tracing on\tthe same log again · a new sub from 0 · OTLP/HTTP exporter, every trace sampled\t%s delivered+ACKed/s (%.0f %% of tracing off); %s OTLP export requests, %s KiB sent\t%s\t%s\n",
 			num(dt.Rate), 100*dt.Rate/d.Rate, num(float64(dt.Exports)), num(float64(dt.ExportBytes)/1024), perItem(dt.Cost, dt.Events), cpu(dt.Cost))
 	}
+	if j := r.jetstream; j != nil {
+		for _, x := range j.Drains {
+			fmt.Fprintf(w, "NATS JetStream drain (%s), fetch %d\t%s messages in stream · file store · 1 pull consumer · AckSync per message\t%s delivered+AckSync/s (Orbit's drain above: %.2f× of it)\t\t\n",
+				j.Version, x.Fetch, num(float64(x.Messages)), num(x.Rate), d.Rate/x.Rate)
+		}
+	}
 	if n := r.nack; n != nil {
 		fmt.Fprintf(w, "orbit backlog NACK-then-ACK\t%s results in log · every event NACKed once (delay 0), then ACKed · %d consumers × cap %d\t%s events NACKed+redelivered+ACKed/s\t%s\t%s\n",
 			num(float64(n.Events)), drainConsumers, consumerCapacity, num(n.Rate), perItem(n.Cost, n.Events), cpu(n.Cost))
@@ -75,6 +86,12 @@ func (r *results) table() string {
 	fmt.Fprintf(w, "orbit live end to end\t%d queues · %d worker × cap %d per queue · %d submitters · 1 consumer × cap %d per queue\t%s results/s (submit→complete→deliver→ACK); latency p50 %s · p95 %s · p99 %s%s\t%s\t%s\n",
 		liveQueues, liveWorkersPerQueue, liveWorkerCapacity, liveQueues*liveSubmitters, consumerCapacity,
 		num(l.Rate), ms(p50), ms(p95), ms(p99), liveNote, perItem(l.Cost, l.Tasks), cpu(l.Cost))
+	if lb := r.liveBatch; lb != nil {
+		p50, p95, p99, _ := lb.Lat.percentiles()
+		fmt.Fprintf(w, "orbit live end to end with batch submission\t%d queues · %d worker × cap %d per queue · %d submitters × %d tasks per POST /v1/tasks:batch · 1 consumer × cap %d per queue\t%s results/s (submitted at %s/s); latency p50 %s · p95 %s · p99 %s\t%s\t%s\n",
+			liveQueues, liveWorkersPerQueue, liveWorkerCapacity, liveQueues*liveSubmitters, liveBatch, consumerCapacity,
+			num(lb.Rate), num(lb.SubmitRate), ms(p50), ms(p95), ms(p99), perItem(lb.Cost, lb.Tasks), cpu(lb.Cost))
+	}
 	for _, x := range r.latency {
 		name := fmt.Sprintf("orbit latency @ %s/s (%s)", num(x.Level.Rate), x.Level.producer())
 		if x.Level.Label != "fixed" {
@@ -127,6 +144,14 @@ func (r *results) table() string {
 	fmt.Fprintf(&b, "- latency: each result is a PENDING task cancelled on a fixed schedule (open loop, results not started within the window are dropped) for %s per row, either by \"store commits\" (tasks.TaskCancel in its own transaction, one result per commit, then the node's wake-up, as the HTTP handler does: what the delivery path sees at the offered rate) or by \"HTTP cancels\" (POST /v1/tasks/{id}:cancel through the SDK client, whose own cost can cap the rate); latency = consumer handler start − event occurred_at (stamped inside the appending transaction just before COMMIT, so it includes the commit); one process, one clock\n",
 		r.opts.latencyDur)
 	fmt.Fprintf(&b, "- RSS: VmRSS of this process, which runs the Orbit server and the SDK consumers together, so it overstates the server alone\n")
+	if j := r.jetstream; j != nil {
+		fmt.Fprintf(&b, "- jetstream: %s (Debian's nats-server), started by the bench with JetStream on a file store in a temp directory on a free loopback port; %s messages published asynchronously to one stream (%s/s), then drained from the start by a new durable pull consumer (AckExplicit) per fetch size, every message acknowledged with AckSync; its CPU is not in the table (another process)\n",
+			j.Version, num(float64(r.drain.Events)), num(j.PublishRate))
+	}
+	if lb := r.liveBatch; lb != nil {
+		fmt.Fprintf(&b, "- live with batch submission: as live, on 4 queues of its own, each request POST /v1/tasks:batch of %d tasks (SDK SubmitTasks, one idempotency key per task); submissions ran at %s/s; results were committed at %s/s\n",
+			liveBatch, num(lb.SubmitRate), num(lb.CommitRate))
+	}
 	fmt.Fprintf(&b, "- watermill: %s; DefaultMySQLSchema + DefaultMySQLOffsetsAdapter, own database on the same server, one topic published once and consumed by one consumer group per batch size; each batch is one SERIALIZABLE transaction that locks the group's offset row (FOR UPDATE), writes offset_consumed per message and offset_acked once per batch, committed after every message of the batch is acked\n",
 		watermillVersion)
 	fmt.Fprintf(&b, "- commits = Com_commit (explicit COMMIT statements; every Orbit and Watermill transaction ends with one); fsyncs = %s; both per delivered item, over the whole row (background loops included); CPU = share of one core over the row, for this process (Orbit server and its clients), mysqld and every other process on the machine (%d cores = %d %%)\n",
@@ -208,6 +233,19 @@ func (r *results) targets() []target {
 	}
 	atLeast(fmt.Sprintf("backlog of %s drained, delivered and ACKed, %d consumers", num(float64(r.drain.Events)), drainConsumers), targetDrain, r.drain.Rate, "/s")
 	atLeast(fmt.Sprintf("live, workers completing tasks on %d queues, end to end", liveQueues), targetLive, r.live.Rate, "/s")
+	if r.liveBatch != nil {
+		atLeast(fmt.Sprintf("live with batch submission (%d tasks per POST /v1/tasks:batch), end to end", liveBatch), targetLiveBatch, r.liveBatch.Rate, "/s")
+	}
+	if j := r.jetstream; j != nil && len(j.Drains) > 0 {
+		top := j.Drains[len(j.Drains)-1]
+		f := r.drain.Rate / top.Rate
+		t := target{what: fmt.Sprintf("drain ≥ 0.7× NATS JetStream's at fetch %d (%s/s in the same run)", top.Fetch, num(top.Rate)),
+			want: "≥ 0.70×", got: fmt.Sprintf("%.2f×", f), met: f >= targetJetStreamFactor}
+		if !t.met {
+			t.gap = fmt.Sprintf("needs %s/s, %.1f× the measured rate", num(targetJetStreamFactor*top.Rate), targetJetStreamFactor*top.Rate/r.drain.Rate)
+		}
+		ts = append(ts, t)
+	}
 	best := slices.MaxFunc(r.peer, func(a, b *peerResult) int { return cmp.Compare(a.Rate, b.Rate) })
 	factor := r.drain.Rate / best.Rate
 	t := target{what: fmt.Sprintf("≥ 3× Watermill's consumed-and-acked rate (its best, batch %d: %s/s; drain rate compared)", best.Batch, num(best.Rate)),

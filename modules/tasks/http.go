@@ -33,6 +33,7 @@ func (m *Module) routes(r *mux.Router) {
 	a := m.auth
 	r.Handle("/v1/tasks", auth.Require(a, auth.PermTasksSubmit, http.HandlerFunc(m.submit))).Methods(http.MethodPost)
 	r.Handle("/v1/tasks", auth.Require(a, auth.PermTasksRead, http.HandlerFunc(m.list))).Methods(http.MethodGet)
+	r.Handle("/v1/tasks:batch", auth.Require(a, auth.PermTasksSubmit, http.HandlerFunc(m.submitBatch))).Methods(http.MethodPost)
 	r.Handle("/v1/tasks/{id}", auth.Require(a, auth.PermTasksRead, http.HandlerFunc(m.get))).Methods(http.MethodGet)
 	r.Handle("/v1/tasks/{id}:cancel", auth.Require(a, auth.PermTasksCancel, http.HandlerFunc(m.cancel))).Methods(http.MethodPost)
 	r.Handle("/v1/tasks/{id}:review", auth.Require(a, auth.PermTasksReview, http.HandlerFunc(m.review))).Methods(http.MethodPost)
@@ -60,35 +61,13 @@ func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	var req submitRequest
 	idem.Write(w, r, m.store.pool(), &req, func(p *auth.Principal) (idem.Change, error) {
-		if err := httpx.Required(
-			httpx.Field{Path: "queue_id", Present: req.QueueID != nil},
-			httpx.Field{Path: "input", Present: req.Input != nil},
-		); err != nil {
+		params, err := req.check(p)
+		if err != nil {
 			return nil, err
 		}
-		if !httpx.ValidID(*req.QueueID) {
-			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "queue_id must be 32 lowercase hex characters")
-		}
-		input := bytes.TrimSpace(req.Input)
-		if len(input) > MaxInputBytes {
-			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "input exceeds %d bytes", MaxInputBytes)
-		}
-		maxAttempts := DefaultMaxAttempts
-		if req.MaxAttempts != nil {
-			if *req.MaxAttempts < 1 || *req.MaxAttempts > maxMaxAttempts {
-				return nil, httpx.Errorf(httpx.CodeInvalidArgument, "max_attempts must be between 1 and %d", maxMaxAttempts)
-			}
-			maxAttempts = *req.MaxAttempts
-		}
-		if !p.HasQueue(*req.QueueID) {
-			return nil, auth.ErrNotFound("queue")
-		}
-		idempotent := req.Idempotent != nil && *req.Idempotent
+		params.Trace = traceCtx
 		return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-			t, err := TaskInsert(ctx, tx, &TaskInsertParams{
-				NamespaceID: p.NamespaceID, QueueID: *req.QueueID, CredentialID: p.CredentialID,
-				Input: input, Idempotent: idempotent, MaxAttempts: maxAttempts, Trace: traceCtx,
-			})
+			t, err := TaskInsert(ctx, tx, params)
 			if err != nil {
 				return 0, nil, err
 			}
@@ -101,6 +80,38 @@ func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 	})
 	// Write returns after the commit: wake the workers of this node now.
 	m.store.submitted.Notify()
+}
+
+// check checks a submission against the rules of POST /v1/tasks and the
+// caller's grant on its queue, and returns the task to insert.
+func (req *submitRequest) check(p *auth.Principal) (*TaskInsertParams, error) {
+	if err := httpx.Required(
+		httpx.Field{Path: "queue_id", Present: req.QueueID != nil},
+		httpx.Field{Path: "input", Present: req.Input != nil},
+	); err != nil {
+		return nil, err
+	}
+	if !httpx.ValidID(*req.QueueID) {
+		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "queue_id must be 32 lowercase hex characters")
+	}
+	input := bytes.TrimSpace(req.Input)
+	if len(input) > MaxInputBytes {
+		return nil, httpx.Errorf(httpx.CodeInvalidArgument, "input exceeds %d bytes", MaxInputBytes)
+	}
+	maxAttempts := DefaultMaxAttempts
+	if req.MaxAttempts != nil {
+		if *req.MaxAttempts < 1 || *req.MaxAttempts > maxMaxAttempts {
+			return nil, httpx.Errorf(httpx.CodeInvalidArgument, "max_attempts must be between 1 and %d", maxMaxAttempts)
+		}
+		maxAttempts = *req.MaxAttempts
+	}
+	if !p.HasQueue(*req.QueueID) {
+		return nil, auth.ErrNotFound("queue")
+	}
+	return &TaskInsertParams{
+		NamespaceID: p.NamespaceID, QueueID: *req.QueueID, CredentialID: p.CredentialID,
+		Input: input, Idempotent: req.Idempotent != nil && *req.Idempotent, MaxAttempts: maxAttempts,
+	}, nil
 }
 
 // loadVisible returns the task named in the path if the caller's grants

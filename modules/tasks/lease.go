@@ -486,30 +486,70 @@ func (s *Store) release(ctx context.Context, p *Proof, note, reason string, dela
 	return event, nil
 }
 
-// renewQuery extends a session's running leases. Left to itself the
-// optimiser reads them through the expiry index (state, lease_until): a
-// range over every running attempt of every session, buffered because the
-// UPDATE changes that index's key, so each ping locked other workers'
-// attempts in lease order and deadlocked with completions under load. The
-// session index reads only the session's own attempts, in id order.
-const renewQuery = `UPDATE task_attempts FORCE INDEX (ix_attempts_session) SET lease_until = ?
+// renewQuery reads a session's running, unexpired leases for a
+// renewal, without locking them. Left to itself the optimiser reads them
+// through the expiry index (state, lease_until), a range over every
+// running attempt of every session; the session index reads only the
+// session's own attempts.
+const renewQuery = `SELECT id, task_id FROM task_attempts FORCE INDEX (ix_attempts_session)
 	WHERE session_id = ? AND state = 'RUNNING' AND lease_until >= ?`
+
+// renewOneQuery extends one of those leases, by its primary key, if it is
+// still running and unexpired.
+const renewOneQuery = `UPDATE task_attempts FORCE INDEX (PRIMARY) SET lease_until = ?
+	WHERE id = ? AND session_id = ? AND state = 'RUNNING' AND lease_until >= ?`
 
 // AttemptRenew extends every running lease of a session to now + leaseDuration
 // (worker.ping) and returns how many it renewed.
+//
+// It locks the leases in task order, the order in which completions
+// (AttemptCompleteBatch) and releases lock attempts, so that a renewal and
+// a completion wait for each other but never deadlock. A single UPDATE
+// through the session index locked them in attempt-id order instead: each
+// ping deadlocked with the completion batches holding that session's other
+// attempts, and under a steady stream of completions a renewal could lose
+// all five of db.Tx's attempts, which failed the ping and cost the worker
+// its connection (UNAVAILABLE: leases could not be renewed). The list is
+// read without locks; a lease that ends meanwhile is skipped by the
+// UPDATE's own condition, and one leased after the read was leased with a
+// full lease.
 func (s *Store) AttemptRenew(ctx context.Context, sessionID string, leaseDuration time.Duration) (int, error) {
-	// A lock conflict with a completion or a lease can still end in a
-	// deadlock; db.Tx runs the renewal again rather than failing the
-	// ping, which would cost the worker its connection.
 	var n int64
 	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
+		n = 0
 		now := db.Now()
-		res, err := tx.ExecContext(ctx, renewQuery, now.Add(leaseDuration), sessionID, now)
+		rows, err := tx.QueryContext(ctx, renewQuery, sessionID, now)
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
-		return err
+		type lease struct{ id, taskID string }
+		var leases []lease
+		for rows.Next() {
+			var l lease
+			if err := rows.Scan(&l.id, &l.taskID); err != nil {
+				rows.Close()
+				return err
+			}
+			leases = append(leases, l)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		slices.SortFunc(leases, func(a, b lease) int { return strings.Compare(a.taskID, b.taskID) })
+		until := now.Add(leaseDuration)
+		for _, l := range leases {
+			res, err := tx.ExecContext(ctx, renewOneQuery, until, l.id, sessionID, now)
+			if err != nil {
+				return err
+			}
+			k, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			n += k
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("tasks: renew: %w", err)

@@ -113,11 +113,84 @@ func TestT5_RenewReadsOnlyItsSessionsAttempts(t *testing.T) {
 	now := time.Now().UTC()
 	var id, selectType, table, typ string
 	var possible, key, keyLen, ref, rows, extra sql.NullString
-	if err := f.db.QueryRow(`EXPLAIN `+renewQuery, now, "0123456789abcdef0123456789abcdef", now).
+	if err := f.db.QueryRow(`EXPLAIN `+renewQuery, "0123456789abcdef0123456789abcdef", now).
 		Scan(&id, &selectType, &table, &typ, &possible, &key, &keyLen, &ref, &rows, &extra); err != nil {
 		t.Fatal(err)
 	}
 	if key.String != "ix_attempts_session" {
 		t.Fatalf("the renewal reads through %q (%s), want ix_attempts_session", key.String, extra.String)
+	}
+}
+
+// TestT5_RenewLocksInCompletionOrder: a renewal locks a session's leases
+// in task order, as completions do, so a completion batch holding some of
+// them never deadlocks with a ping. Two leases are picked whose task order
+// is the reverse of their attempt order; a completion-like transaction
+// locks the first by task, the renewal waits for it, and the transaction
+// then locks the second without a deadlock. Locking in attempt order, the
+// renewal held the second while it waited for the first: a deadlock on
+// every such ping, which under a steady stream of completions lost all of
+// db.Tx's attempts and failed the ping (UNAVAILABLE: leases could not be
+// renewed; reconnect).
+func TestT5_RenewLocksInCompletionOrder(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	ctx := context.Background()
+	leased := leaseN(t, f, f.queues[0], 8)
+	var first, second *Assignment // first by task, second by attempt
+	for i := range leased {
+		for j := range leased {
+			a, b := &leased[i], &leased[j]
+			if first == nil && a.Task.ID < b.Task.ID && a.AttemptID > b.AttemptID {
+				first, second = a, b
+			}
+		}
+	}
+	if first == nil {
+		t.Fatal("no two of 8 leases whose task order and attempt order differ")
+	}
+	var session string
+	if err := f.db.QueryRow(`SELECT session_id FROM task_attempts WHERE id = ?`, first.AttemptID).Scan(&session); err != nil {
+		t.Fatal(err)
+	}
+
+	completion, err := f.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer completion.Rollback()
+	lock := func(id string) error {
+		var state string
+		return completion.QueryRowContext(ctx, `SELECT state FROM task_attempts WHERE id = ? FOR UPDATE`, id).Scan(&state)
+	}
+	if err := lock(first.AttemptID); err != nil {
+		t.Fatal(err)
+	}
+	type renewal struct {
+		n   int
+		err error
+	}
+	done := make(chan renewal, 1)
+	go func() {
+		n, err := f.store.AttemptRenew(ctx, session, time.Minute)
+		done <- renewal{n, err}
+	}()
+	if !waitForBlockedRenewal(t, f.db, done) {
+		r := <-done
+		t.Fatalf("AttemptRenew returned %d, %v without waiting for the completion", r.n, r.err)
+	}
+	if err := lock(second.AttemptID); err != nil {
+		t.Fatalf("the completion could not lock its second attempt while a renewal waited: %v", err)
+	}
+	if err := completion.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.n != len(leased) {
+			t.Fatalf("AttemptRenew = %d, %v; want %d leases renewed", r.n, r.err, len(leased))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("AttemptRenew did not return")
 	}
 }

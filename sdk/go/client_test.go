@@ -354,3 +354,42 @@ func TestNewClientRefusesCredentialsInURL(t *testing.T) {
 		t.Errorf("loopback URL refused: %v", err)
 	}
 }
+
+func TestClientSubmitTasksSendsItemsAndDecodesResults(t *testing.T) {
+	t.Parallel()
+	c, reqs := setupAPI(t, http.StatusOK, dataBody(`{"results":[
+		{"idempotency_key":"k-1","status":201,"data":{"task":`+taskJSON+`,"deduplicated":false}},
+		{"idempotency_key":"k-2","status":404,"error":{"code":"NOT_FOUND","message":"queue not found"}}]}`))
+	res, err := c.SubmitTasks(context.Background(), []BatchTask{
+		{IdempotencyKey: "k-1", SubmitTaskRequest: SubmitTaskRequest{QueueID: testQueueID, Input: json.RawMessage(`{"n":1}`), Idempotent: true}},
+		{IdempotencyKey: "k-2", SubmitTaskRequest: SubmitTaskRequest{QueueID: testQueueID, Input: json.RawMessage(`{"n":2}`), MaxAttempts: 5}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := <-reqs
+	if req.method != http.MethodPost || req.path != "/v1/tasks:batch" || req.header.Get("Idempotency-Key") != "" {
+		t.Errorf("request = %s %s, Idempotency-Key %q", req.method, req.path, req.header.Get("Idempotency-Key"))
+	}
+	var body struct {
+		Tasks []map[string]json.RawMessage `json:"tasks"`
+	}
+	if err := json.Unmarshal(req.body, &body); err != nil || len(body.Tasks) != 2 {
+		t.Fatalf("body = %s", req.body)
+	}
+	if string(body.Tasks[0]["idempotency_key"]) != `"k-1"` || string(body.Tasks[0]["input"]) != `{"n":1}` ||
+		string(body.Tasks[1]["max_attempts"]) != "5" || len(body.Tasks[0]) != 4 {
+		t.Errorf("items = %s; want each submission with its own idempotency_key", req.body)
+	}
+	if res[0].Status != 201 || res[0].Err != nil || res[0].Result == nil || res[0].Result.Task.ID != testTaskID ||
+		res[0].Result.Task.Revision != 18446744073709551615 {
+		t.Errorf("result 0 = %+v", res[0])
+	}
+	var apiErr *APIError
+	if !errors.As(res[1].Err, &apiErr) || apiErr.Code != CodeNotFound || apiErr.Status != 404 || res[1].Result != nil {
+		t.Errorf("result 1 = %+v, want its own NOT_FOUND", res[1])
+	}
+	if _, err := c.SubmitTasks(context.Background(), []BatchTask{{SubmitTaskRequest: SubmitTaskRequest{QueueID: testQueueID}}}); err == nil {
+		t.Error("a task without a key was sent")
+	}
+}

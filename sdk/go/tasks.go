@@ -3,6 +3,7 @@ package orbit
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -100,6 +101,80 @@ func (c *Client) SubmitTask(ctx context.Context, key string, req SubmitTaskReque
 		return nil, err
 	}
 	return &res, nil
+}
+
+// MaxBatchTasks is the largest number of tasks SubmitTasks sends in one
+// request.
+const MaxBatchTasks = 500
+
+// BatchTask is one task of SubmitTasks: a submission and its own
+// idempotency key, scoped as SubmitTask's key, so that submitting the same
+// task with the same key through either call creates it once.
+type BatchTask struct {
+	IdempotencyKey string `json:"idempotency_key"`
+	SubmitTaskRequest
+}
+
+// BatchTaskResult answers one task of SubmitTasks: Result when the task
+// was created (Status 201) or was an earlier submission with the same key
+// (Status 200, Result.Deduplicated), or Err, the *APIError the task would
+// have had on its own (NOT_FOUND for a queue outside the grants,
+// INVALID_ARGUMENT, IDEMPOTENCY_CONFLICT).
+type BatchTaskResult struct {
+	IdempotencyKey string
+	Status         int
+	Result         *TaskResult
+	Err            error
+}
+
+// SubmitTasks submits up to MaxBatchTasks tasks in one request and one
+// commit (POST /v1/tasks:batch, permission tasks:submit) and returns a
+// result per task, in their order. A task refused on its own does not stop
+// the others; the error return is for the batch as a whole (malformed,
+// refused, or not answered), in which case nothing may be assumed created:
+// retrying with the same keys is safe. Each task needs its own key.
+func (c *Client) SubmitTasks(ctx context.Context, batch []BatchTask) ([]BatchTaskResult, error) {
+	if len(batch) == 0 || len(batch) > MaxBatchTasks {
+		return nil, fmt.Errorf("orbit: SubmitTasks: 1 to %d tasks, got %d", MaxBatchTasks, len(batch))
+	}
+	for i := range batch {
+		if err := checkKey("SubmitTasks", batch[i].IdempotencyKey); err != nil {
+			return nil, err
+		}
+	}
+	var reply struct {
+		Results []struct {
+			IdempotencyKey string          `json:"idempotency_key"`
+			Status         int             `json:"status"`
+			Data           json.RawMessage `json:"data"`
+			Error          *struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		} `json:"results"`
+	}
+	if err := c.do(ctx, http.MethodPost, "/v1/tasks:batch", nil, "", struct {
+		Tasks []BatchTask `json:"tasks"`
+	}{batch}, &reply); err != nil {
+		return nil, err
+	}
+	if len(reply.Results) != len(batch) {
+		return nil, fmt.Errorf("orbit: SubmitTasks: %d results for %d tasks", len(reply.Results), len(batch))
+	}
+	out := make([]BatchTaskResult, len(batch))
+	for i, r := range reply.Results {
+		out[i] = BatchTaskResult{IdempotencyKey: r.IdempotencyKey, Status: r.Status}
+		if r.Error != nil {
+			out[i].Err = &APIError{Status: r.Status, Code: r.Error.Code, Message: r.Error.Message}
+			continue
+		}
+		var res TaskResult
+		if err := json.Unmarshal(r.Data, &res); err != nil {
+			return nil, fmt.Errorf("orbit: SubmitTasks: result %d: %w", i, err)
+		}
+		out[i].Result = &res
+	}
+	return out, nil
 }
 
 // GetTask returns the current state of a task, with its input

@@ -126,6 +126,9 @@ func TestF4_AuthorizationMatrix(t *testing.T) {
 			continue
 		}
 		miss := m.send(t, ownerAuth, r.request(randomTarget()), req.entry != nil)
+		if r.scope == queuedItems {
+			miss = itemAnswer(t, r.name()+" of nothing", miss)
+		}
 		m.wantCode(t, r.name()+" of nothing", miss, httpx.CodeNotFound, req.entry != nil)
 		m.missing[r.name()] = miss
 		if r.mixed {
@@ -407,7 +410,7 @@ func (m *matrix) cell(t *testing.T, r row, c *caller) {
 		}
 		m.noLeak(t, r.name(), a, c)
 
-	case (r.scope == queued || r.scope == queueList) && c.sharesQueue:
+	case (r.scope == queued || r.scope == queueList || r.scope == queuedItems) && c.sharesQueue:
 		// Not a refusal: the caller holds a grant on the owner's queue
 		// in its namespace, and tasks are the queue's (T-3,
 		// docs/api/tasks.md), so is a worker session on it.
@@ -419,6 +422,17 @@ func (m *matrix) cell(t *testing.T, r row, c *caller) {
 			// The owner's delivery under the caller's own subscription.
 			m.refusedAsMissing(t, r, c, target{Subscription: c.own.Subscription, Delivery: real.Delivery}, m.missingDelivery[r.name()])
 		}
+
+	case r.scope == queuedItems:
+		// The batch is judged; its one item is refused as if its queue
+		// did not exist.
+		a := m.send(t, c.auth, r.request(real), false)
+		item := itemAnswer(t, r.name(), a)
+		m.wantCode(t, r.name(), item, httpx.CodeNotFound, false)
+		if item.message != m.missing[r.name()].message {
+			t.Errorf("%s: item message %q tells the owner's queue apart from one that does not exist (%q)", r.name(), item.message, m.missing[r.name()].message)
+		}
+		m.noLeak(t, r.name(), a, c)
 
 	case r.scope == queueList || r.scope == ownedList:
 		if c.sharesQueue {
@@ -472,6 +486,29 @@ func (m *matrix) consoleCell(t *testing.T, r row, c *caller) {
 		t.Errorf("%s: %d to %q, want %d to %q", r.name(), resp.StatusCode, resp.Header.Get("Location"), r.console.status, r.console.location)
 	}
 	m.noLeak(t, r.name(), answer{status: resp.StatusCode, raw: raw}, c)
+}
+
+// itemAnswer is the answer to the one item of a batch answered by a: its
+// result's status, code and message, for a batch that was judged (200).
+func itemAnswer(t *testing.T, name string, a answer) answer {
+	t.Helper()
+	var reply struct {
+		Results []struct {
+			Status int `json:"status"`
+			Error  *struct {
+				Code, Message string
+			} `json:"error"`
+		} `json:"results"`
+	}
+	if a.status != http.StatusOK || json.Unmarshal(a.data, &reply) != nil || len(reply.Results) != 1 {
+		t.Errorf("%s: %d %s, want 200 with the result of the batch's one item", name, a.status, a.raw)
+		return a
+	}
+	item := answer{status: reply.Results[0].Status, raw: a.raw, data: a.data}
+	if e := reply.Results[0].Error; e != nil {
+		item.code, item.message = e.Code, e.Message
+	}
+	return item
 }
 
 // refusedAsMissing asks as c for row r's request on tgt and checks that it

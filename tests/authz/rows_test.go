@@ -45,10 +45,15 @@ const (
 	// with the same checks; tests/console checks those cells in a browser
 	// (another namespace 404, no events:manage 403, forged CSRF 403).
 	console
+	// queuedItems are batches whose items each name a queue (T-batch):
+	// the batch answers 200 and an item on a queue outside the caller's
+	// grants gets 404 NOT_FOUND in its result, read exactly like an item
+	// on a queue that does not exist, and stores nothing.
+	queuedItems
 )
 
 func (s scope) String() string {
-	return [...]string{"public", "self", "queued", "owned", "queueList", "ownedList", "grants", "console"}[s]
+	return [...]string{"public", "self", "queued", "owned", "queueList", "ownedList", "grants", "console", "queuedItems"}[s]
 }
 
 // target names what a request acts on: the owner's real resources, random
@@ -197,6 +202,12 @@ var rows = []row{
 
 	{route: "POST /v1/tasks", permission: auth.PermTasksSubmit, scope: queued, request: func(t target) request {
 		return post("/v1/tasks", `{"queue_id":%q,"input":{"probe":"authz"}}`, t.Queue)
+	}},
+	{route: "POST /v1/tasks:batch", permission: auth.PermTasksSubmit, scope: queuedItems, request: func(t target) request {
+		// The item's key differs per queue (the owner's controls send one
+		// batch on its queue and one on a queue of nothing) and is echoed
+		// in the answer, so it holds only half of the queue's id.
+		return post("/v1/tasks:batch", `{"tasks":[{"idempotency_key":"authz-%s","queue_id":%q,"input":{"probe":"authz"}}]}`, t.Queue[:16], t.Queue)
 	}},
 	{route: "GET /v1/tasks", permission: auth.PermTasksRead, scope: queueList, request: func(t target) request {
 		return request{method: http.MethodGet, path: "/v1/tasks?queue_id=" + t.Queue}
