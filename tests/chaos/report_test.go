@@ -38,6 +38,10 @@ type faultStats struct {
 	injected, caught, windowed int // caught counts the faults whose window held something
 	recoveries                 []time.Duration
 	unrecovered                int
+	// The events a receiver fault caught (committed in the Inbox, not
+	// ACKed): ACKed later by the stored ACK intent with their first proof,
+	// or redelivered and deduplicated by the Inbox.
+	intentAcked, redelivered int
 }
 
 // delivery is a delivery as the report reads it.
@@ -240,13 +244,20 @@ func (r *run) report(submitted int) *report {
 		switch {
 		case f.events != nil || f.kind == kindReceiverKill || f.kind == kindRecvCommit:
 			st.windowed++
-			// The events the fault caught come back: redelivered (a second
-			// attempt) and acknowledged.
+			// The events the fault caught are acknowledged in the end:
+			// by the restarted receiver's ACK intent with their first
+			// proof (K-13), or redelivered (a second attempt) and
+			// deduplicated by the Inbox.
 			caught := 0
 			for _, id := range f.events {
 				d := subA[id]
-				if d.attempts < 2 || !d.acked.Valid {
+				if !d.acked.Valid {
 					continue
+				}
+				if d.attempts < 2 {
+					st.intentAcked++
+				} else {
+					st.redelivered++
 				}
 				caught++
 				if at.IsZero() || d.acked.Time.Before(at) {
@@ -358,7 +369,13 @@ func (rep *report) markdown() string {
 		}
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s |\n", kind, st.injected, caught, p50, mx)
 	}
-	b.WriteString("\nRecovery is the time from the end of a fault to the first ACK after it: on any subscription for faults of the server and the database, on the consumer's subscription for the consumer's faults, of the events caught in the window for the receiver's faults (their redelivery, deduplicated by the Inbox), and the first completion of a task that was in the killed worker's handler.\n")
+	for _, kind := range []string{kindReceiverKill, kindRecvCommit} {
+		if st := rep.faults[kind]; st != nil && st.intentAcked+st.redelivered > 0 {
+			fmt.Fprintf(&b, "\n%s: %d events committed in the Inbox and not ACKed at the faults; %d ACKed with their first proof from the stored ACK intent (no redelivery), %d redelivered and deduplicated by the Inbox.\n",
+				kind, st.intentAcked+st.redelivered, st.intentAcked, st.redelivered)
+		}
+	}
+	b.WriteString("\nRecovery is the time from the end of a fault to the first ACK after it: on any subscription for faults of the server and the database, on the consumer's subscription for the consumer's faults, of the events caught in the window for the receiver's faults (their ACK from the stored intent, or their redelivery, deduplicated by the Inbox), and the first completion of a task that was in the killed worker's handler.\n")
 	return b.String()
 }
 
