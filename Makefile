@@ -98,13 +98,14 @@ fuzz: db-server
 
 # chaos (F-1) builds the orbit binary and the result-inbox receiver, runs them
 # with SDK worker and consumer processes at a steady load (CHAOS_RATE results/s,
-# default 300) on a database server of its own, injects every fault of F-1
+# default 100) on a database server of its own, injects every fault of F-1
 # several times and prints the table of docs/reliability.md: lost and applied
-# twice must be 0. About 4 minutes on 2 cores; not part of `make test`. On a
-# machine that cannot complete CHAOS_RATE tasks a second the run does not drain
-# and fails as such: lower the rate.
+# twice must be 0. About 4 minutes on 2 cores; not part of `make test`. A
+# 2-core machine completes about 125 tasks/s under these faults, so 300/s does
+# not drain there; on a larger machine raise the rate (CHAOS_RATE=300). A run
+# that does not drain within the drain bound fails as such.
 # CHAOS_ARGS passes more knobs (go test -tags chaos ./tests/chaos -args -h).
-CHAOS_RATE ?= 300
+CHAOS_RATE ?= 100
 chaos: db-server
 	$(GO) test -tags chaos -run '^TestF1_Chaos$$' -count=1 -v -timeout 15m ./tests/chaos -args -chaos.rate=$(CHAOS_RATE) $(CHAOS_ARGS)
 

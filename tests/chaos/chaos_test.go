@@ -28,10 +28,10 @@ import (
 )
 
 var (
-	flagRate  = flag.Int("chaos.rate", 300, "results offered per second (tasks submitted, each yields one result)")
+	flagRate  = flag.Int("chaos.rate", 100, "results offered per second (tasks submitted, each yields one result)")
 	flagKills = flag.Int("chaos.kills", 5, "SIGKILLs of the server, of the SDK consumer and of a receiver between its Inbox COMMIT and its ACK, each")
 	flagGap   = flag.Duration("chaos.gap", 4*time.Second, "steady load between two faults")
-	flagDrain = flag.Duration("chaos.drain", 3*time.Minute, "longest wait, after the last fault, for every result to be applied and acknowledged")
+	flagDrain = flag.Duration("chaos.drain", 5*time.Minute, "longest wait, after the last fault, for every result to be applied and acknowledged")
 	flagOut   = flag.String("chaos.out", "", "also write the result table (Markdown) to this file")
 )
 

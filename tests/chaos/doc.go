@@ -7,7 +7,7 @@
 // Its files build only with the chaos tag, so `make test` neither compiles
 // nor runs them; `make chaos` runs
 //
-//	go test -tags chaos -run TestF1 -v ./tests/chaos -args -chaos.rate=300
+//	go test -tags chaos -run TestF1 -v ./tests/chaos -args -chaos.rate=100
 //
 // and `go test -tags chaos ./tests/chaos -args -h` lists the knobs.
 package chaos
