@@ -1,11 +1,9 @@
 package workers
 
 import (
-	"errors"
 	"testing"
 
-	"github.com/orbitrun/orbit/internal/httpx"
-	"github.com/orbitrun/orbit/internal/wsx"
+	"github.com/orbitrun/orbit/internal/testkit/wstest"
 )
 
 // clientBodies returns a fresh body of every frame a worker may send, by
@@ -22,35 +20,11 @@ func clientBodies() map[string]any {
 // FuzzWorkersFrame (F-3): any text a worker sends is either a frame with a
 // body of its type or a 400 INVALID_ARGUMENT, never a panic.
 func FuzzWorkersFrame(f *testing.F) {
-	for _, s := range []string{
+	wstest.FuzzClientFrames(f, []string{
 		`{"protocol_version":"1","type":"worker.hello","message_id":"0123456789abcdef0123456789abcdef","body":{"queue_id":"0123456789abcdef0123456789abcdef","capacity":2,"worker_name":"w","resume":[]}}`,
 		`{"protocol_version":"1","type":"task.complete","message_id":"0123456789abcdef0123456789abcdef","body":{"task_id":"0123456789abcdef0123456789abcdef","attempt_id":"0123456789abcdef0123456789abcdef","epoch":"1","lease_secret":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","outcome":"SUCCEEDED","result":{"ok":true}}}`,
 		`{"protocol_version":"1","type":"task.complete","message_id":"0123456789abcdef0123456789abcdef","body":{"outcome":"FAILED","error":{"code":"X","message":"m","retryable":false}}}`,
 		`{"protocol_version":"1","type":"task.release","message_id":"0123456789abcdef0123456789abcdef","body":{"reason":"shutdown","epoch":"01"}}`,
 		`{"protocol_version":"1","type":"worker.ping","message_id":"0123456789abcdef0123456789abcdef","body":{}}`,
-	} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		fr, err := wsx.DecodeFrame(b)
-		if err != nil {
-			requireInvalidArgument(t, err)
-			return
-		}
-		body, ok := clientBodies()[fr.Type]
-		if !ok {
-			return
-		}
-		if err := wsx.DecodeBody(fr, body); err != nil {
-			requireInvalidArgument(t, err)
-		}
-	})
-}
-
-func requireInvalidArgument(t *testing.T, err error) {
-	t.Helper()
-	var e *httpx.Error
-	if !errors.As(err, &e) || e.Code != httpx.CodeInvalidArgument {
-		t.Fatalf("refusal %v (%T) is not a 400 INVALID_ARGUMENT *httpx.Error", err, err)
-	}
+	}, clientBodies)
 }
