@@ -287,8 +287,10 @@ func (m *Module) listDeliveries(w http.ResponseWriter, r *http.Request) {
 		case !filtered:
 		case state != stateExpired:
 			return page, httpx.Errorf(httpx.CodeInvalidArgument, "expired_reason filters EXPIRED deliveries only: add state=EXPIRED")
-		case reason != ExpiredAttemptsExhausted && reason != ExpiredRejected && reason != ExpiredSkipped:
-			return page, httpx.Errorf(httpx.CodeInvalidArgument, "expired_reason must be ATTEMPTS_EXHAUSTED, REJECTED or SKIPPED")
+		default:
+			if err := checkExpiredReason("expired_reason", reason); err != nil {
+				return page, err
+			}
 		}
 		p := auth.FromContext(r.Context())
 		binding := "deliveries|" + s.ID + "|" + p.CredentialID + "|" + p.NamespaceID + "|state=" + state

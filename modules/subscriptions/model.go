@@ -38,6 +38,16 @@ const (
 	LastErrorLeaseExpired    = "LEASE_EXPIRED"
 )
 
+// checkExpiredReason refuses, naming the field at path, a value that is not
+// one of the reasons a delivery is EXPIRED (K-6).
+func checkExpiredReason(path, reason string) error {
+	switch reason {
+	case ExpiredAttemptsExhausted, ExpiredRejected, ExpiredSkipped:
+		return nil
+	}
+	return httpx.Errorf(httpx.CodeInvalidArgument, "%s must be ATTEMPTS_EXHAUSTED, REJECTED or SKIPPED", path)
+}
+
 // Subscription is a subscription row plus its live backlog.
 type Subscription struct {
 	ID             string

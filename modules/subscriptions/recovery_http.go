@@ -120,11 +120,7 @@ func (m *Module) retryBulk(w http.ResponseWriter, r *http.Request) {
 		err = httpx.Errorf(httpx.CodeInvalidArgument, "filter.state must be EXPIRED: only dead letters are retried")
 	}
 	if err == nil && req.Filter.ExpiredReason != nil {
-		switch *req.Filter.ExpiredReason {
-		case ExpiredAttemptsExhausted, ExpiredRejected, ExpiredSkipped:
-		default:
-			err = httpx.Errorf(httpx.CodeInvalidArgument, "filter.expired_reason must be ATTEMPTS_EXHAUSTED, REJECTED or SKIPPED")
-		}
+		err = checkExpiredReason("filter.expired_reason", *req.Filter.ExpiredReason)
 	}
 	if err == nil {
 		err = checkRange(req.Filter.FromSequence, req.Filter.ToSequence, "filter.from_sequence", "filter.to_sequence")
