@@ -139,15 +139,6 @@ type guardedCount struct {
 	Sample  []string `json:"sample"`
 }
 
-// operation is the receipt of a bulk change.
-type operation struct {
-	Operation struct {
-		ID    string `json:"id"`
-		Kind  string `json:"kind"`
-		Count int    `json:"count"`
-	} `json:"operation"`
-}
-
 // age formats a duration for people: "0s", "42s", "3m 5s", "2h 10m".
 func age(d time.Duration) string {
 	switch {
