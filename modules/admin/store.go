@@ -361,74 +361,110 @@ func (s *Store) Audit(ctx context.Context, tx *sql.Tx, r audit.Record) error {
 }
 
 // Authenticate resolves an Authorization header value to a Principal
-// (auth.Authenticator): one read of the credential by its token digest and
-// one of its grants. Every failure is auth.ErrUnauthenticated; database
-// failures are returned as they are.
+// (auth.Authenticator): one statement reads the credential by its token
+// digest together with its grants. Every failure is auth.ErrUnauthenticated;
+// database failures are returned as they are.
 func (s *Store) Authenticate(ctx context.Context, header string) (*auth.Principal, error) {
 	token, ok := auth.BearerToken(header)
 	if !ok {
 		return nil, auth.ErrUnauthenticated
 	}
 	digest := auth.Digest(token)
-	var (
-		p        auth.Principal
-		stored   []byte
-		revoked  sql.NullTime
-		lastUsed sql.NullTime
-	)
-	err := s.db.QueryRowContext(ctx, `
-		SELECT id, namespace_id, application_id, environment_id, token_digest, revoked_at, last_used_at
-		FROM credentials WHERE token_digest = ?`, digest[:]).
-		Scan(&p.CredentialID, &p.NamespaceID, &p.ApplicationID, &p.EnvironmentID, &stored, &revoked, &lastUsed)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, auth.ErrUnauthenticated
-	}
-	if err != nil {
-		return nil, fmt.Errorf("admin: look up credential: %w", err)
-	}
-	if subtle.ConstantTimeCompare(stored, digest[:]) != 1 || revoked.Valid {
-		return nil, auth.ErrUnauthenticated
-	}
-	perms, queues, err := credentialGrants(ctx, s.db, p.CredentialID)
+	c, err := s.credentialPrincipal(ctx, "token_digest", digest[:])
 	if err != nil {
 		return nil, err
 	}
-	p.Permissions, p.Queues = toSet(perms), toSet(queues)
-	if err := s.credentialTouch(ctx, p.CredentialID, lastUsed); err != nil {
+	if subtle.ConstantTimeCompare(c.digest, digest[:]) != 1 {
+		return nil, auth.ErrUnauthenticated
+	}
+	if err := s.credentialTouch(ctx, c.principal.CredentialID, c.lastUsed); err != nil {
 		return nil, err
 	}
-	return &p, nil
+	return &c.principal, nil
 }
 
 // CredentialPrincipal resolves a credential by its ID to a Principal, for a
 // caller that authenticated the credential's token earlier and keeps only
 // its ID (a console session). A revoked or unknown credential is
-// ErrUnauthenticated. It costs the same reads as Authenticate and does not
-// touch last_used_at.
+// ErrUnauthenticated. It costs the same one statement as Authenticate and
+// does not touch last_used_at.
 func (s *Store) CredentialPrincipal(ctx context.Context, credentialID string) (*auth.Principal, error) {
-	var (
-		p       auth.Principal
-		revoked sql.NullTime
-	)
-	err := s.db.QueryRowContext(ctx, `
-		SELECT id, namespace_id, application_id, environment_id, revoked_at
-		FROM credentials WHERE id = ?`, credentialID).
-		Scan(&p.CredentialID, &p.NamespaceID, &p.ApplicationID, &p.EnvironmentID, &revoked)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, auth.ErrUnauthenticated
-	}
-	if err != nil {
-		return nil, fmt.Errorf("admin: look up credential: %w", err)
-	}
-	if revoked.Valid {
-		return nil, auth.ErrUnauthenticated
-	}
-	perms, queues, err := credentialGrants(ctx, s.db, p.CredentialID)
+	c, err := s.credentialPrincipal(ctx, "id", credentialID)
 	if err != nil {
 		return nil, err
 	}
-	p.Permissions, p.Queues = toSet(perms), toSet(queues)
-	return &p, nil
+	return &c.principal, nil
+}
+
+// storedPrincipal is a live credential as credentialPrincipal read it.
+type storedPrincipal struct {
+	principal auth.Principal
+	digest    []byte
+	lastUsed  sql.NullTime
+}
+
+// principalColumns are the columns credentialPrincipal may look a credential
+// up by; both are unique keys.
+var principalColumns = map[string]bool{"id": true, "token_digest": true}
+
+// credentialPrincipal reads the credential whose column equals value and its
+// permissions and queue grants in one round trip: one UNION ALL whose three
+// branches each find the credential through the same unique key. Unknown and
+// revoked credentials are auth.ErrUnauthenticated.
+func (s *Store) credentialPrincipal(ctx context.Context, column string, value any) (*storedPrincipal, error) {
+	if !principalColumns[column] {
+		return nil, fmt.Errorf("admin: look up credential by %q: not a unique key", column)
+	}
+	where := "c." + column + " = ?"
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT 'c', c.id, c.namespace_id, c.application_id, c.environment_id, c.token_digest, c.revoked_at, c.last_used_at
+		FROM credentials c WHERE `+where+`
+		UNION ALL
+		SELECT 'p', p.permission, NULL, NULL, NULL, NULL, NULL, NULL
+		FROM credentials c JOIN credential_permissions p ON p.credential_id = c.id WHERE `+where+`
+		UNION ALL
+		SELECT 'q', g.queue_id, NULL, NULL, NULL, NULL, NULL, NULL
+		FROM credentials c JOIN credential_queue_grants g ON g.credential_id = c.id WHERE `+where,
+		value, value, value)
+	if err != nil {
+		return nil, fmt.Errorf("admin: look up credential: %w", err)
+	}
+	defer rows.Close()
+	var (
+		c       storedPrincipal
+		found   bool
+		revoked sql.NullTime
+	)
+	c.principal.Permissions, c.principal.Queues = map[string]bool{}, map[string]bool{}
+	for rows.Next() {
+		var (
+			kind, first  string
+			ns, app, env sql.NullString
+			digest       []byte
+			rev, last    sql.NullTime
+		)
+		if err := rows.Scan(&kind, &first, &ns, &app, &env, &digest, &rev, &last); err != nil {
+			return nil, fmt.Errorf("admin: look up credential: %w", err)
+		}
+		switch kind {
+		case "c":
+			found = true
+			c.principal.CredentialID = first
+			c.principal.NamespaceID, c.principal.ApplicationID, c.principal.EnvironmentID = ns.String, app.String, env.String
+			c.digest, revoked, c.lastUsed = digest, rev, last
+		case "p":
+			c.principal.Permissions[first] = true
+		case "q":
+			c.principal.Queues[first] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("admin: look up credential: %w", err)
+	}
+	if !found || revoked.Valid {
+		return nil, auth.ErrUnauthenticated
+	}
+	return &c, nil
 }
 
 // LastUsedResolution is how stale a credential's last_used_at may be: an
