@@ -192,7 +192,11 @@ func TestN5_NodeDeath(t *testing.T) {
 	leases := heldLeases(t, pool, held)
 	t.Logf("killed node %d holding %d deliveries in its consumer's handlers; %s", victim, len(leases), describe())
 
+	workedAtKill, handledAtKill := worked[victim].Load(), handled[victim].Load()
 	time.Sleep(afterKill) // the survivors take the victim's clients under load
+	eventually(t, nodeWait, "the dead node's worker and consumer working again through a survivor", func() bool {
+		return worked[victim].Load() > workedAtKill && handled[victim].Load() > handledAtKill
+	}, describe)
 	producers.stop()
 	if err := producers.err(); err != nil {
 		t.Fatalf("a producer gave up: %v", err)
@@ -239,8 +243,8 @@ func TestN5_NodeDeath(t *testing.T) {
 		case d.attempts <= l.attempts || d.ackEpoch <= l.epoch:
 			t.Errorf("held delivery %s (attempt %d, epoch %d) ended attempt %d, ACKed with epoch %d: not delivered again",
 				id, l.attempts, l.epoch, d.attempts, d.ackEpoch)
-		case !d.ackedAt.After(l.until):
-			t.Errorf("held delivery %s was ACKed at %s, before its lease of the dead node ran out at %s", id, d.ackedAt, l.until)
+		case l.until.Valid && !d.ackedAt.After(l.until.Time):
+			t.Errorf("held delivery %s was ACKed at %s, before its lease of the dead node ran out at %s", id, d.ackedAt, l.until.Time)
 		}
 	}
 	var outs []string
@@ -373,29 +377,41 @@ type heldLease struct {
 	eventID  string
 	epoch    uint64
 	attempts int
-	until    time.Time
+	until    sql.NullTime // NULL when the lease had already run out and been recovered
 }
 
-// heldLeases reads the leases of the held deliveries after the kill: each
-// must still be LEASED with the held proof's epoch, and they must be every
-// lease of their connection.
+// heldLeases reads the leases of the held deliveries after the kill. Each
+// still has the held proof's epoch: LEASED, or, on a machine slow enough
+// that its lease ran out before the kill, recovered but not leased again.
+// A delivery leased again before the kill was no longer the dead node's and
+// is left out. No connection of the dead node holds other leases.
 func heldLeases(t *testing.T, pool *sql.DB, held []orbit.AckProof) map[string]heldLease {
 	t.Helper()
 	out := map[string]heldLease{}
 	sessions := map[string]bool{}
 	for _, p := range held {
 		var l heldLease
-		var state, session string
+		var state string
+		var session sql.NullString
 		err := pool.QueryRow(`SELECT event_id, state, lease_epoch, attempts, lease_until, lease_session_id FROM event_deliveries WHERE id = ?`,
 			p.DeliveryID).Scan(&l.eventID, &state, &l.epoch, &l.attempts, &l.until, &session)
 		if err != nil {
 			t.Fatalf("held delivery %s: %v", p.DeliveryID, err)
 		}
-		if state != orbit.DeliveryStateLeased || l.epoch != p.Epoch {
-			t.Fatalf("held delivery %s is %s at epoch %d after the kill; want LEASED at the held epoch %d", p.DeliveryID, state, l.epoch, p.Epoch)
+		switch {
+		case l.epoch > p.Epoch:
+			t.Logf("held delivery %s was leased again before the kill (epoch %d, held %d); left out", p.DeliveryID, l.epoch, p.Epoch)
+			continue
+		case state == orbit.DeliveryStateAcked || state == orbit.DeliveryStateExpired:
+			t.Fatalf("held delivery %s is %s after the kill, but its handler never returned", p.DeliveryID, state)
 		}
 		out[p.DeliveryID] = l
-		sessions[session] = true
+		if session.Valid && state == orbit.DeliveryStateLeased {
+			sessions[session.String] = true
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("every held delivery was leased again before the kill: the machine is too slow for a %s lease", nodeLease)
 	}
 	for s := range sessions {
 		var n int
