@@ -22,7 +22,6 @@ import (
 	"github.com/orbitrun/orbit/internal/testkit/netproxy"
 	"github.com/orbitrun/orbit/internal/testkit/orbitproc"
 	"github.com/orbitrun/orbit/internal/testkit/testdb"
-	"github.com/orbitrun/orbit/modules/admin"
 	orbit "github.com/orbitrun/orbit/sdk/go"
 )
 
@@ -74,7 +73,7 @@ func TestN5_NodeDeath(t *testing.T) {
 	bin := orbitproc.Build(t, dir, raceEnabled)
 	dsn := testdb.NewDSN(t)
 	pool := openDB(t, dsn)
-	queueID, token := nodeCredential(t, pool)
+	queueID, token := newCredential(t, pool, auth.AllPermissions...)
 	store, recvPool := receiverInbox(t, queueID)
 
 	nodes := make([]*orbitproc.Process, nodeCount)
@@ -254,26 +253,6 @@ func TestN5_NodeDeath(t *testing.T) {
 	})
 	t.Logf("%d tasks on %d nodes, worked %v, handled %v, Inbox outcomes [%s]; %s",
 		submitted, nodeCount, loadAll(worked[:]), loadAll(handled[:]), strings.Join(outs, " · "), summarize(t, pool, queueID))
-}
-
-// nodeCredential creates a queue and a credential with every permission on
-// it, directly in the database.
-func nodeCredential(t *testing.T, pool *sql.DB) (queueID, token string) {
-	t.Helper()
-	store := admin.NewStore(pool)
-	ctx := context.Background()
-	sc, err := store.ScopeEnsure(ctx, &admin.ScopeEnsureParams{Namespace: "ns", Application: "app", Environment: "env", Queue: "q"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, token, err = store.CredentialCreate(ctx, &admin.CredentialCreateParams{
-		NamespaceID: sc.NamespaceID, ApplicationID: sc.ApplicationID, EnvironmentID: sc.EnvironmentID,
-		Permissions: auth.AllPermissions, Queues: []string{sc.QueueID},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sc.QueueID, token
 }
 
 // receiverInbox creates the result-inbox example's schema in a database of
