@@ -78,7 +78,7 @@ func queueNames() []string {
 	for i := range latencyQueues {
 		names = append(names, fmt.Sprintf("lat-%d", i))
 	}
-	return names
+	return append(names, crossNodeResults, crossNodeTasksA, crossNodeTasksB)
 }
 
 // startEnv starts the database server, migrates, starts the Orbit server on
@@ -134,28 +134,58 @@ func startEnv(ctx context.Context, log *slog.Logger) (_ *env, err error) {
 // startServer starts an Orbit server with fresh module instances on a new
 // loopback port, with tp as its tracer provider (nil: tracing off, the
 // default).
-func (e *env) startServer(ctx context.Context, tp trace.TracerProvider) (err error) {
-	e.instances = modules.NewInstances()
-	if err := e.instances.Validate(); err != nil {
-		return fmt.Errorf("module config: %w", err)
-	}
-	e.tasks = e.instances["tasks"].(*tasks.Module)
-	e.srv, err = server.New(ctx, server.Params{Config: e.cfg, DB: e.pool, Logger: e.log, Instances: e.instances, Tracing: tp})
-	if err != nil {
-		e.srv = nil
-		return fmt.Errorf("orbit server: %w", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func (e *env) startServer(ctx context.Context, tp trace.TracerProvider) error {
+	n, err := e.startNode(ctx, e.pool, tp)
 	if err != nil {
 		return err
 	}
-	// The modules' background loops live until Stop, not until ctx ends.
-	if err := e.srv.Start(context.WithoutCancel(ctx), ln); err != nil {
-		ln.Close()
-		return fmt.Errorf("orbit server: start: %w", err)
-	}
-	e.url = "http://" + ln.Addr().String()
+	e.instances, e.tasks, e.srv, e.url = n.instances, n.tasks, n.srv, n.url
 	return nil
+}
+
+// node is one Orbit server: its own module instances, wake-ups and
+// listener.
+type node struct {
+	instances modules.Instances
+	tasks     *tasks.Module
+	srv       *server.Server
+	url       string
+}
+
+// startNode starts an Orbit server on pool with fresh module instances on a
+// new loopback port, with tp as its tracer provider (nil: tracing off). Two
+// nodes in this process share nothing but the database, as two orbit serve
+// processes do.
+func (e *env) startNode(ctx context.Context, pool *sql.DB, tp trace.TracerProvider) (*node, error) {
+	n := &node{instances: modules.NewInstances()}
+	if err := n.instances.Validate(); err != nil {
+		return nil, fmt.Errorf("module config: %w", err)
+	}
+	n.tasks = n.instances["tasks"].(*tasks.Module)
+	srv, err := server.New(ctx, server.Params{Config: e.cfg, DB: pool, Logger: e.log, Instances: n.instances, Tracing: tp})
+	if err != nil {
+		return nil, fmt.Errorf("orbit server: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	// The modules' background loops live until Stop, not until ctx ends.
+	if err := srv.Start(context.WithoutCancel(ctx), ln); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("orbit server: start: %w", err)
+	}
+	n.srv, n.url = srv, "http://"+ln.Addr().String()
+	return n, nil
+}
+
+// stop stops the node's server.
+func (n *node) stop(log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := n.srv.Stop(ctx); err != nil {
+		log.Warn("stop orbit server", "err", err)
+	}
 }
 
 // restartServer stops the Orbit server and starts another on the same

@@ -76,32 +76,11 @@ func runLatency(ctx context.Context, e *env, levels []loadLevel, dur time.Durati
 	ids := make([][]string, len(levels))
 	level := map[string]int{}
 	for li, l := range levels {
-		n := int(l.Rate * dur.Seconds())
-		ids[li] = make([]string, 0, n)
-		for start := 0; start < n; start += prefillTx {
-			count := min(prefillTx, n-start)
-			var batch []string
-			err := db.Tx(ctx, e.pool, func(tx *sql.Tx) error {
-				batch = batch[:0]
-				for i := range count {
-					t, err := tasks.TaskInsert(ctx, tx, &tasks.TaskInsertParams{
-						NamespaceID: e.cred.NamespaceID, QueueID: queues[(start+i)%len(queues)], CredentialID: e.cred.ID,
-						Input: []byte(`{}`), MaxAttempts: 3,
-					})
-					if err != nil {
-						return err
-					}
-					batch = append(batch, t.ID)
-				}
-				return nil
-			})
-			if err != nil {
-				return nil, fmt.Errorf("latency: insert tasks: %w", err)
-			}
-			for _, id := range batch {
-				ids[li] = append(ids[li], id)
-				level[id] = li
-			}
+		if ids[li], err = e.insertPending(ctx, queues, int(l.Rate*dur.Seconds())); err != nil {
+			return nil, fmt.Errorf("latency: %w", err)
+		}
+		for _, id := range ids[li] {
+			level[id] = li
 		}
 	}
 
@@ -218,4 +197,33 @@ func runLatency(ctx context.Context, e *env, levels []loadLevel, dur time.Durati
 		return nil, fmt.Errorf("latency consumers: %w", err)
 	}
 	return out, nil
+}
+
+// insertPending inserts n PENDING tasks round robin over queues, prefillTx
+// per transaction, and returns their ids in order. No worker serves the
+// queues: the tasks wait to be cancelled, each cancel committing one
+// result.
+func (e *env) insertPending(ctx context.Context, queues []string, n int) ([]string, error) {
+	ids := make([]string, 0, n)
+	for start := 0; start < n; start += prefillTx {
+		count := min(prefillTx, n-start)
+		err := db.Tx(ctx, e.pool, func(tx *sql.Tx) error {
+			ids = ids[:start]
+			for i := range count {
+				t, err := tasks.TaskInsert(ctx, tx, &tasks.TaskInsertParams{
+					NamespaceID: e.cred.NamespaceID, QueueID: queues[(start+i)%len(queues)], CredentialID: e.cred.ID,
+					Input: []byte(`{}`), MaxAttempts: 3,
+				})
+				if err != nil {
+					return err
+				}
+				ids = append(ids, t.ID)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("insert tasks: %w", err)
+		}
+	}
+	return ids, nil
 }

@@ -2,6 +2,7 @@
 // durable database server and prints one table (spec 07, § Benchmarks):
 // the server's raw single-row commit ceiling, Orbit draining a backlog and
 // delivering live results, commit→receive latency at fixed offered loads,
+// commit→receive and task assignment across two nodes on one database,
 // memory with 128 connected consumers, and Watermill SQL on the same
 // server. It writes the same table into docs/benchmarks.md.
 //
@@ -37,7 +38,7 @@ type options struct {
 }
 
 // rowNames are the row groups -only accepts.
-var rowNames = []string{"raw", "metrics", "drain", "nack", "rss", "live", "livebatch", "latency", "jetstream", "peer"}
+var rowNames = []string{"raw", "metrics", "drain", "nack", "rss", "live", "livebatch", "latency", "crossnode", "jetstream", "peer"}
 
 // runs reports whether the row group name is part of this run.
 func (o options) runs(name string) bool { return len(o.only) == 0 || o.only[name] }
@@ -102,6 +103,7 @@ type results struct {
 	liveBatch   *liveResult
 	jetstream   *jetstreamRun
 	latency     []latencyResult
+	crossNode   *crossNodeResult
 	peerPub     *peerPublish
 	peer        []*peerResult
 
@@ -235,6 +237,16 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 			}
 		}); err != nil {
 			return err
+		}
+	}
+	if o.runs("crossnode") {
+		step("cross-node (N-2): a second Orbit node on the same database; %s/s offered through node A, %s per phase", num(crossNodeRate), o.latencyDur)
+		if r.crossNode, err = runCrossNode(ctx, e, crossNodeRate, o.latencyDur); err != nil {
+			return err
+		}
+		step("%s", r.crossNode.summary())
+		if len(o.only) > 0 {
+			fmt.Fprintf(os.Stderr, "%s\n", costLine(r.crossNode.Cost, int(r.crossNode.Committed)))
 		}
 	}
 	if len(o.only) > 0 && !o.runs("peer") {

@@ -114,6 +114,21 @@ func (r *results) table() string {
 			name, latencyQueues, latencySenders, consumerCapacity, ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max),
 			num(x.Level.Rate), num(x.Achieved), note, perItem(x.Cost, int(x.Committed)), cpu(x.Cost))
 	}
+	if x := r.crossNode; x != nil {
+		c50, c95, c99, cmax := x.Cross.percentiles()
+		s50, _, s99, _ := x.Same.percentiles()
+		note := ""
+		if n := x.Cross.n.Load(); n < x.Committed {
+			note = fmt.Sprintf(" · %d of %d received", n, x.Committed)
+		}
+		fmt.Fprintf(w, "orbit cross-node commit→receive (N-2: p99 ≤ %s)\t2 nodes, 1 database · HTTP cancels through node A · 1 consumer × cap %d on node B\tp50 %s · p95 %s · p99 %s · max %s (offered %s/s, achieved %s/s%s); same results, consumer on node A: p50 %s · p99 %s\t%s\t%s\n",
+			ms(targetCrossNodeP99), consumerCapacity, ms(c50), ms(c95), ms(c99), ms(cmax), num(x.Rate), num(x.Achieved), note, ms(s50), ms(s99),
+			perItem(x.Cost, int(x.Committed)), cpu(x.Cost))
+		a50, _, a99, _ := x.AssignCross.percentiles()
+		b50, _, b99, _ := x.AssignSame.percentiles()
+		fmt.Fprintf(w, "orbit cross-node task assignment\t2 nodes, 1 database · tasks submitted through node A at %s/s, alternately to a queue with 1 worker × cap %d on node B and one on node A\tsubmit→assign on node B p50 %s · p99 %s; on node A p50 %s · p99 %s (%d tasks)\t\t\n",
+			num(x.Rate), crossNodeWorkerCapacity, ms(a50), ms(a99), ms(b50), ms(b99), x.Tasks)
+	}
 	fmt.Fprintf(w, "process RSS after drain\tOrbit server + %d consumers in one process\t%s (peak so far %s)\t\t\n",
 		drainConsumers, mib(d.RSS), mib(d.PeakRSS))
 	fmt.Fprintf(w, "process RSS, %d consumers\t%d idle SDK consumers connected\t%s (%s before connecting; %d goroutines)\t\t\n",
@@ -143,6 +158,10 @@ func (r *results) table() string {
 		l.Tasks, liveQueues*liveSubmitters, num(l.SubmitRate), num(l.CommitRate))
 	fmt.Fprintf(&b, "- latency: each result is a PENDING task cancelled on a fixed schedule (open loop, results not started within the window are dropped) for %s per row, either by \"store commits\" (tasks.TaskCancel in its own transaction, one result per commit, then the node's wake-up, as the HTTP handler does: what the delivery path sees at the offered rate) or by \"HTTP cancels\" (POST /v1/tasks/{id}:cancel through the SDK client, whose own cost can cap the rate); latency = consumer handler start − event occurred_at (stamped inside the appending transaction just before COMMIT, so it includes the commit); one process, one clock\n",
 		r.opts.latencyDur)
+	if r.crossNode != nil {
+		fmt.Fprintf(&b, "- cross-node (N-2): a second Orbit server (node B) in this process with module instances and a database pool of its own, sharing nothing with node A but the database, as two orbit serve processes do; each phase offers %s/s for %s: first PENDING tasks of one queue cancelled through node A's HTTP API, each result consumed by one subscription on node B and one on node A (latency as above); then tasks submitted through node A, alternately to a queue served by one SDK worker on node B and one served on node A, latency = worker handler start − start of the submission; server defaults (events and workers poll %s)\n",
+			num(r.crossNode.Rate), r.opts.latencyDur, events.DefaultPollInterval)
+	}
 	fmt.Fprintf(&b, "- RSS: VmRSS of this process, which runs the Orbit server and the SDK consumers together, so it overstates the server alone\n")
 	if j := r.jetstream; j != nil {
 		fmt.Fprintf(&b, "- jetstream: %s (Debian's nats-server), started by the bench with JetStream on a file store in a temp directory on a free loopback port; %s messages published asynchronously to one stream (%s/s), then drained from the start by a new durable pull consumer (AckExplicit) per fetch size, every message acknowledged with AckSync; its CPU is not in the table (another process)\n",
@@ -265,6 +284,15 @@ func (r *results) targets() []target {
 			}
 			ts = append(ts, t)
 		}
+	}
+	if x := r.crossNode; x != nil {
+		_, _, p99, _ := x.Cross.percentiles()
+		t := target{what: fmt.Sprintf("p99 cross-node commit→receive at %s/s offered (N-2: committed through node A, consumer on node B)", num(x.Rate)),
+			want: "≤ " + ms(targetCrossNodeP99), got: ms(p99), met: p99 <= targetCrossNodeP99 && x.Cross.n.Load() == x.Committed}
+		if !t.met {
+			t.gap = fmt.Sprintf("%.1f× the target", float64(p99)/float64(targetCrossNodeP99))
+		}
+		ts = append(ts, t)
 	}
 	cpe := float64(r.drain.Cost.ComCommit) / float64(r.drain.Events)
 	t = target{what: "database commits per delivered event (drain, Com_commit)", want: "≤ 2.00", got: fmt.Sprintf("%.2f", cpe), met: cpe <= targetCommits}

@@ -49,12 +49,17 @@ type consumers struct {
 // startConsumers runs n consumers of capacity consumerCapacity on each
 // subscription, all calling handler.
 func (e *env) startConsumers(ctx context.Context, subscriptionIDs []string, n int, handler orbit.EventHandler) (*consumers, error) {
+	return e.startConsumersAt(ctx, e.url, subscriptionIDs, n, handler)
+}
+
+// startConsumersAt is startConsumers connected to the Orbit server at url.
+func (e *env) startConsumersAt(ctx context.Context, url string, subscriptionIDs []string, n int, handler orbit.EventHandler) (*consumers, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	cs := &consumers{cancel: cancel}
 	for _, sub := range subscriptionIDs {
 		for range n {
 			c, err := orbit.NewEventConsumer(orbit.EventConsumerConfig{
-				BaseURL: e.url, Token: e.cred.Token, SubscriptionID: sub, Capacity: consumerCapacity,
+				BaseURL: url, Token: e.cred.Token, SubscriptionID: sub, Capacity: consumerCapacity,
 				Logger: e.log,
 			}, handler)
 			if err != nil {

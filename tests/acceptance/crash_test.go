@@ -54,10 +54,14 @@ func openDB(t testing.TB, dsn string) *sql.DB {
 	return pool
 }
 
-// newCredential creates a queue and a credential that may submit, read and
-// work its tasks, directly in the database.
-func newCredential(t testing.TB, pool *sql.DB) (queueID, token string) {
+// newCredential creates a queue and a credential with permissions on it,
+// directly in the database; without permissions, it may submit, read and
+// work the queue's tasks.
+func newCredential(t testing.TB, pool *sql.DB, permissions ...string) (queueID, token string) {
 	t.Helper()
+	if len(permissions) == 0 {
+		permissions = []string{auth.PermTasksSubmit, auth.PermTasksRead, auth.PermTasksWork}
+	}
 	store := admin.NewStore(pool)
 	ctx := context.Background()
 	sc, err := store.ScopeEnsure(ctx, &admin.ScopeEnsureParams{Namespace: "ns", Application: "app", Environment: "env", Queue: "q"})
@@ -66,7 +70,7 @@ func newCredential(t testing.TB, pool *sql.DB) (queueID, token string) {
 	}
 	_, token, err = store.CredentialCreate(ctx, &admin.CredentialCreateParams{
 		NamespaceID: sc.NamespaceID, ApplicationID: sc.ApplicationID, EnvironmentID: sc.EnvironmentID,
-		Permissions: []string{auth.PermTasksSubmit, auth.PermTasksRead, auth.PermTasksWork},
+		Permissions: permissions,
 		Queues:      []string{sc.QueueID},
 	})
 	if err != nil {

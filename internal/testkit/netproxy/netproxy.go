@@ -13,9 +13,9 @@ import (
 
 // Proxy forwards TCP connections from clients to a target address.
 type Proxy struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup
+	ln      net.Listener
+	targets []string // the target, then its fallbacks
+	wg      sync.WaitGroup
 
 	mu       sync.Mutex
 	changed  *sync.Cond
@@ -41,14 +41,16 @@ func (c *pair) close() {
 }
 
 // Start listens on a loopback port and forwards to target (a host:port)
-// until the test ends.
-func Start(t testing.TB, target string) *Proxy {
+// until the test ends. A connection that target refuses goes to the first
+// of fallbacks that accepts it, as a load balancer moves clients off a
+// server that died.
+func Start(t testing.TB, target string, fallbacks ...string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[*pair]struct{}{}}
+	p := &Proxy{ln: ln, targets: append([]string{target}, fallbacks...), conns: map[*pair]struct{}{}}
 	p.changed = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.accept()
@@ -66,10 +68,10 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		server, err := net.Dial("tcp", p.target)
+		server, err := p.dial()
 		if err != nil {
-			// The server is down: the client sees the connection close,
-			// as it would see a refused connection.
+			// Every server is down: the client sees the connection
+			// close, as it would see a refused connection.
 			client.Close()
 			continue
 		}
@@ -87,6 +89,18 @@ func (p *Proxy) accept() {
 		go p.pipe(c, c.client, c.server, func() bool { return p.holdUp }, nil)
 		go p.pipe(c, c.server, c.client, func() bool { return p.stallDn }, &c.drop)
 	}
+}
+
+// dial connects to the first target that accepts.
+func (p *Proxy) dial() (net.Conn, error) {
+	var err error
+	for _, target := range p.targets {
+		var c net.Conn
+		if c, err = net.Dial("tcp", target); err == nil {
+			return c, nil
+		}
+	}
+	return nil, err
 }
 
 // pipe copies from → to until either side closes. While paused() holds

@@ -109,3 +109,25 @@ func TestProxyForwardsHoldsDropsAndCuts(t *testing.T) {
 		t.Fatal("a cut connection is still open")
 	}
 }
+
+func TestProxyFallsBackWhenTheTargetRefuses(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := ln.Addr().String()
+	ln.Close() // nothing listens there now: connections are refused
+
+	p := Start(t, down, echo(t))
+	c, r := dial(t, p)
+	if !roundTrip(t, c, r, "hello", 5*time.Second) {
+		t.Fatal("a connection the target refused did not reach the fallback")
+	}
+
+	alone := Start(t, down)
+	c, r = dial(t, alone)
+	c.Write([]byte("hello\n"))
+	if _, err := r.ReadString('\n'); err == nil {
+		t.Fatal("without a fallback, a refused connection was answered")
+	}
+}
