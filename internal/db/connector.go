@@ -15,18 +15,15 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// errWsrepNotReady is the number a Galera node answers statements with
-// while it is not part of the primary component or not yet synced
-// ("WSREP has not yet prepared node for application use").
-const errWsrepNotReady = 1047
-
 // wsrepSynced is wsrep_local_state of a node that serves clients: Synced.
 // 1 is Joining, 2 Donor/Desynced, 3 Joined.
 const wsrepSynced = "4"
 
 // ErrNotReady is wrapped by the error of a dial that reached a Galera node
 // (wsrep_on) that is not ready for clients: wsrep_ready is not ON or
-// wsrep_local_state is not 4 (Synced). IsUnavailable reports it.
+// wsrep_local_state is not 4 (Synced). Such a node answers most
+// statements with error 1047, "WSREP has not yet prepared node for
+// application use". IsUnavailable reports both.
 var ErrNotReady = errors.New("db: Galera node not ready")
 
 // Connector is the driver.Connector of every pool Open and OpenList make:
@@ -46,9 +43,10 @@ var ErrNotReady = errors.New("db: Galera node not ready")
 //
 // Its methods are safe for concurrent use.
 type Connector struct {
-	targets []target
-	logger  *slog.Logger
-	active  atomic.Int32
+	targets  []target
+	logger   *slog.Logger
+	active   atomic.Int32
+	switches atomic.Int64
 }
 
 // target is one DSN of the list.
@@ -102,6 +100,9 @@ func (c *Connector) Active() int { return int(c.active.Load()) }
 // ActiveDSN returns the active DSN without its password.
 func (c *Connector) ActiveDSN() string { return c.targets[c.Active()].redacted }
 
+// Switches returns how often the active DSN has changed.
+func (c *Connector) Switches() int64 { return c.switches.Load() }
+
 // Len returns the number of DSNs in the list.
 func (c *Connector) Len() int { return len(c.targets) }
 
@@ -119,6 +120,7 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 		conn, err := dial(ctx, t.conn)
 		if err == nil {
 			if idx != start && c.active.CompareAndSwap(start, idx) {
+				c.switches.Add(1)
 				c.logger.Warn("database: switched to another DSN",
 					"dsn", t.redacted, "index", idx, "previous", c.targets[start].redacted,
 					"error", errs.Error())
@@ -218,6 +220,12 @@ func checkReady(ctx context.Context, q driver.QueryerContext) error {
 	if err != nil {
 		return fmt.Errorf("db: read wsrep status: %w", err)
 	}
+	return wsrepReady(status)
+}
+
+// wsrepReady returns an error wrapping ErrNotReady unless the status of a
+// Galera node says it serves clients.
+func wsrepReady(status map[string]string) error {
 	if !strings.EqualFold(status["wsrep_ready"], "ON") || status["wsrep_local_state"] != wsrepSynced {
 		return fmt.Errorf("%w: wsrep_ready=%s, wsrep_local_state=%s (%s)", ErrNotReady,
 			status["wsrep_ready"], status["wsrep_local_state"], status["wsrep_local_state_comment"])

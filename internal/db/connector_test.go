@@ -258,7 +258,7 @@ func TestN8_FailoverDSNUsedWhenPrimaryDown(t *testing.T) {
 		t.Fatalf("transaction through the second DSN: %v", err)
 	}
 	c := db.PoolConnector(pool)
-	if c == nil || c.Active() != 1 || c.Len() != 2 {
+	if c == nil || c.Active() != 1 || c.Len() != 2 || c.Switches() != 1 {
 		t.Fatalf("connector: %+v", c)
 	}
 	if want := db.RedactDSN(failoverDSN(b)); c.ActiveDSN() != want {
