@@ -91,6 +91,12 @@ type Database struct {
 	// DSN is a go-sql-driver/mysql DSN naming the database explicitly. Also
 	// read from ORBIT_MYSQL_DSN.
 	DSN string `yaml:"dsn"`
+	// FailoverDSNs are DSNs of the same database on other servers (nodes
+	// of a Galera cluster), tried in order, wrapping around, when a new
+	// connection to the current one fails; Orbit stays on the one it moved
+	// to (internal/db.Connector). Also read from
+	// ORBIT_DATABASE_FAILOVER_DSNS, comma-separated.
+	FailoverDSNs []string `yaml:"failover_dsns"`
 	// Migrate applies pending migrations when `orbit serve` starts.
 	Migrate bool `yaml:"migrate"`
 	// MaxOpenConns bounds the connection pool.
@@ -164,6 +170,22 @@ func (c *Config) ValidateAt(positions map[string]string) error {
 	}
 	if reason := dsnProblem(c.Database.DSN); reason != "" {
 		add("database.dsn", "%s", reason)
+	}
+	if len(c.Database.FailoverDSNs) > 0 && c.Database.DSN == "" {
+		add("database.failover_dsns", "needs database.dsn (ORBIT_MYSQL_DSN): the failover DSNs are tried after it")
+	}
+	seen := map[string]bool{c.Database.DSN: true}
+	for i, dsn := range c.Database.FailoverDSNs {
+		key := fmt.Sprintf("database.failover_dsns[%d]", i)
+		switch {
+		case dsn == "":
+			add(key, "must not be empty")
+		case dsnProblem(dsn) != "":
+			add(key, "%s", dsnProblem(dsn))
+		case seen[dsn]:
+			add(key, "repeats database.dsn or an earlier entry")
+		}
+		seen[dsn] = true
 	}
 	problems.AtLeastOne("database.max_open_conns", c.Database.MaxOpenConns)
 	switch c.Log.Level {

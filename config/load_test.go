@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -233,5 +234,77 @@ func TestValidate_RefusesAnUnparsableListenAddress(t *testing.T) {
 		if err := c.Validate(); err != nil {
 			t.Errorf("listen %q refused: %v", listen, err)
 		}
+	}
+}
+
+func TestN8_FailoverDSNsFromFileAndEnvironment(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "database:\n  dsn: \"orbit:pw@tcp(db1:3306)/orbit\"\n  failover_dsns:\n    - \"orbit:pw@tcp(db2:3306)/orbit\"\n    - \"orbit:pw@tcp(db3:3306)/orbit\"\n")
+	core := Default()
+	if _, err := Load(Source{File: path, LookupEnv: noEnv}, core, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"orbit:pw@tcp(db2:3306)/orbit", "orbit:pw@tcp(db3:3306)/orbit"}
+	if !reflect.DeepEqual(core.Database.FailoverDSNs, want) {
+		t.Errorf("from the file: %q, want %q", core.Database.FailoverDSNs, want)
+	}
+	if err := core.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+
+	env := func(name string) (string, bool) {
+		if name == "ORBIT_DATABASE_FAILOVER_DSNS" {
+			return "orbit:pw@tcp(db4:3306)/orbit,orbit:pw@tcp(db5:3306)/orbit", true
+		}
+		return "", false
+	}
+	core = Default()
+	if _, err := Load(Source{File: path, LookupEnv: env}, core, nil); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"orbit:pw@tcp(db4:3306)/orbit", "orbit:pw@tcp(db5:3306)/orbit"}
+	if !reflect.DeepEqual(core.Database.FailoverDSNs, want) {
+		t.Errorf("from the environment: %q, want %q", core.Database.FailoverDSNs, want)
+	}
+}
+
+func TestN8_FailoverDSNsValidatedByIndexWithoutPassword(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "database:\n  dsn: \"orbit:Secret99@tcp(db1:3306)/orbit\"\n  failover_dsns:\n"+
+		"    - \"orbit:Secret99@tcp(db2:3306)/orbit\"\n"+
+		"    - \"orbit:Secret99@tcp(db3:3306/orbit\"\n"+
+		"    - \"orbit:Secret99@tcp(db4:3306)/\"\n"+
+		"    - \"\"\n"+
+		"    - \"orbit:Secret99@tcp(db1:3306)/orbit\"\n")
+	core, positions := Default(), map[string]string{}
+	if _, err := Load(Source{File: path, LookupEnv: noEnv, Positions: positions}, core, nil); err != nil {
+		t.Fatal(err)
+	}
+	err := core.ValidateAt(positions)
+	if err == nil {
+		t.Fatal("ValidateAt accepted bad failover DSNs")
+	}
+	for _, want := range []string{
+		path + ":3: database.failover_dsns[1]: is not a valid go-sql-driver/mysql DSN",
+		path + ":3: database.failover_dsns[2]: must name the database",
+		path + ":3: database.failover_dsns[3]: must not be empty",
+		path + ":3: database.failover_dsns[4]: repeats database.dsn",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "failover_dsns[0]") || strings.Contains(err.Error(), "Secret99") {
+		t.Errorf("error blames a good entry or shows the password: %v", err)
+	}
+}
+
+func TestN8_FailoverDSNsNeedPrimary(t *testing.T) {
+	t.Parallel()
+	c := Default()
+	c.Database.FailoverDSNs = []string{"orbit:pw@tcp(db2:3306)/orbit"}
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "database.failover_dsns: needs database.dsn") {
+		t.Fatalf("Validate = %v, want a database.failover_dsns problem", err)
 	}
 }

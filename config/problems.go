@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-multierror"
@@ -27,7 +28,12 @@ func (p *Problems) Add(key, format string, args ...any) {
 	if p.section != "" {
 		key = p.section + "." + key
 	}
-	if pos := p.positions[key]; pos != "" {
+	pos := p.positions[key]
+	if base, _, ok := strings.Cut(key, "["); ok && pos == "" {
+		// An entry of a list is reported at the line of the list's key.
+		pos = p.positions[base]
+	}
+	if pos != "" {
 		key = pos + ": " + key
 	}
 	p.errs = multierror.Append(p.errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))

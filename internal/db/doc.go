@@ -7,6 +7,10 @@
 // outcome is unknown as ErrCommitUnknown. Stores write their own SQL; this
 // package has no query builder.
 //
+// OpenList takes the DSNs of several servers of one database (the nodes of
+// a Galera cluster) and moves new connections to the next one when a dial
+// fails; see Connector.
+//
 // IDs are 32 lowercase hex characters (NewID) and times are UTC with
 // microsecond precision (Now), matching DATETIME(6) columns.
 package db

@@ -23,6 +23,7 @@ const (
 // is wrong.
 var unavailableNumbers = map[uint16]bool{
 	1040: true, // ER_CON_COUNT_ERROR: too many connections
+	1047: true, // ER_UNKNOWN_COM_ERROR: a Galera node not ready ("WSREP has not yet prepared node")
 	1053: true, // ER_SERVER_SHUTDOWN: server shutdown in progress
 	1152: true, // ER_ABORTING_CONNECTION
 	1158: true, // ER_NET_READ_ERROR
@@ -59,9 +60,10 @@ func IsLockTimeout(err error) bool {
 // database could not be reached or did not answer in time: a refused or
 // broken connection (driver.ErrBadConn, mysql.ErrInvalidConn, network
 // errors, an unexpected EOF), a deadline that passed, or a MySQL error
-// number that means the server is gone, shutting down or full. Such a
-// failure is temporary: the same request may succeed once the database is
-// back. A canceled context is not unavailability: the caller gave up.
+// number that means the server is gone, shutting down or full, or a Galera
+// node that is not ready (1047, ErrNotReady). Such a failure is temporary:
+// the same request may succeed once the database is back. A canceled
+// context is not unavailability: the caller gave up.
 func IsUnavailable(err error) bool {
 	if err == nil {
 		return false
@@ -76,6 +78,7 @@ func IsUnavailable(err error) bool {
 	)
 	switch {
 	case errors.Is(err, driver.ErrBadConn),
+		errors.Is(err, ErrNotReady),
 		errors.Is(err, mysql.ErrInvalidConn),
 		errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, io.ErrUnexpectedEOF),

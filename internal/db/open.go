@@ -3,9 +3,8 @@ package db
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
-	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -43,30 +42,29 @@ var sessionSetup = []string{
 // The pool holds up to DefaultMaxOpenConns connections, each replaced after
 // five minutes. Errors show the DSN without its password.
 func Open(ctx context.Context, dsn string) (*sql.DB, error) {
-	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return nil, errors.New("db: parse DSN: " + redactText(err.Error(), dsn))
-	}
-	cfg.ParseTime = true
-	cfg.Loc = time.UTC
-	cfg.InterpolateParams = true
-	cfg.MultiStatements = false
-	if cfg.Timeout == 0 {
-		cfg.Timeout = dialTimeout
-	}
-	redacted := redactConfig(cfg)
+	return OpenList(ctx, []string{dsn}, nil)
+}
 
-	conn, err := mysql.NewConnector(cfg)
+// OpenList is Open for a list of DSNs naming the same database on several
+// servers, such as the nodes of a Galera cluster: dsns[0] is the primary
+// and the others are tried in order when it fails, as Connector says.
+// Switches are logged as warnings to logger (nil means slog.Default()).
+// PoolConnector returns the pool's Connector.
+func OpenList(ctx context.Context, dsns []string, logger *slog.Logger) (*sql.DB, error) {
+	c, err := newConnector(dsns, logger)
 	if err != nil {
-		return nil, fmt.Errorf("db: open %s: %w", redacted, err)
+		return nil, err
 	}
-	pool := sql.OpenDB(sessionConnector{Connector: conn})
+	pool := sql.OpenDB(c)
 	pool.SetMaxOpenConns(DefaultMaxOpenConns)
 	pool.SetMaxIdleConns(DefaultMaxOpenConns)
 	pool.SetConnMaxLifetime(connMaxLifetime)
 	if err := pool.PingContext(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("db: open %s: %w", redacted, err)
+		if !strings.HasPrefix(err.Error(), "db: ") { // not already the Connector's
+			err = fmt.Errorf("db: open: %w", err)
+		}
+		return nil, err
 	}
 	return pool, nil
 }
@@ -99,30 +97,4 @@ func redactText(text, dsn string) string {
 		return text
 	}
 	return strings.ReplaceAll(text, dsn[colon+1:at], "xxxxx")
-}
-
-// sessionConnector runs sessionSetup on each new connection before the pool
-// hands it out.
-type sessionConnector struct {
-	driver.Connector
-}
-
-// Connect implements driver.Connector.
-func (c sessionConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := c.Connector.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	execer, ok := conn.(driver.ExecerContext)
-	if !ok {
-		conn.Close()
-		return nil, errors.New("db: driver connection cannot execute statements")
-	}
-	for _, q := range sessionSetup {
-		if _, err := execer.ExecContext(ctx, q, nil); err != nil {
-			conn.Close()
-			return nil, fmt.Errorf("db: session setup %q: %w", q, err)
-		}
-	}
-	return conn, nil
 }

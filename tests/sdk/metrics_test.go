@@ -30,7 +30,7 @@ var o2Families = []string{
 	"orbit_subscription_lag", "orbit_subscription_oldest_pending_age_seconds", "orbit_deliveries", "orbit_dead_letters",
 	"orbit_subscription_blocked", "orbit_deliveries_total", "orbit_delivery_ack_seconds", "orbit_result_delivery_seconds",
 	"orbit_ws_connections", "orbit_ws_refused_total", "orbit_claim_pool_waiting", "orbit_claim_seconds",
-	"orbit_http_requests_total", "orbit_http_request_seconds", "orbit_db_transactions_total", "orbit_db_pool_in_use",
+	"orbit_http_requests_total", "orbit_http_request_seconds", "orbit_db_transactions_total", "orbit_db_pool_in_use", "orbit_db_active_dsn",
 	"orbit_db_pool_wait_seconds_total", "orbit_metrics_refresh_queries", "orbit_metrics_refresh_seconds",
 	"go_goroutines", "process_cpu_seconds_total",
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -725,4 +726,30 @@ func TestValidate_MalformedDSN(t *testing.T) {
 			t.Fatalf("validate refused a valid DSN: %v", err)
 		}
 	})
+}
+
+// A command reaches the database through database.failover_dsns when
+// database.dsn has no server.
+func TestN8_CommandsUseFailoverDSNs(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := fmt.Sprintf("orbit:pw@tcp(%s)/orbit", l.Addr())
+	l.Close()
+	path := filepath.Join(t.TempDir(), "orbit.yaml")
+	text := fmt.Sprintf("database:\n  dsn: %q\n  failover_dsns:\n    - %q\n", down, testdb.NewDSN(t))
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := orbit(t, "migrate", "status", "--config", path)
+	if err != nil {
+		t.Fatalf("migrate status: %v", err)
+	}
+	for name, state := range statusStates(t, out) {
+		if state != "applied" {
+			t.Errorf("%s is %s, want applied", name, state)
+		}
+	}
 }

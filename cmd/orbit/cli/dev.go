@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -150,7 +151,7 @@ func (app *App) dev(ctx context.Context, cmd *cobra.Command, cfg *config.Config,
 	cfg.Database.Migrate = true
 
 	credPath := filepath.Join(stateDir, devCredentialsFile)
-	if err := ensureDevCredentials(ctx, cfg, credPath); err != nil {
+	if err := ensureDevCredentials(ctx, cfg, credPath, newLogger(cfg, cmd.ErrOrStderr())); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "dev credentials: %s\n", credPath)
@@ -216,8 +217,8 @@ func createDatabase(ctx context.Context, serverDSN, name string) error {
 // ensureDevCredentials migrates the database and keeps a working dev
 // credential at path: an existing file whose token still authenticates is
 // kept; otherwise a new credential replaces it.
-func ensureDevCredentials(ctx context.Context, cfg *config.Config, path string) error {
-	pool, err := openDatabase(ctx, cfg)
+func ensureDevCredentials(ctx context.Context, cfg *config.Config, path string, logger *slog.Logger) error {
+	pool, err := openDatabase(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}

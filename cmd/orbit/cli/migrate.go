@@ -21,7 +21,7 @@ func migrateCommand(app *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			pool, err := openDatabase(cmd.Context(), cfg)
+			pool, err := openDatabase(cmd.Context(), cfg, newLogger(cfg, cmd.ErrOrStderr()))
 			if err != nil {
 				return err
 			}
@@ -48,7 +48,7 @@ func migrateCommand(app *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			pool, err := openDatabase(cmd.Context(), cfg)
+			pool, err := openDatabase(cmd.Context(), cfg, newLogger(cfg, cmd.ErrOrStderr()))
 			if err != nil {
 				return err
 			}

@@ -137,7 +137,8 @@ func (a *App) Open(cmd *cobra.Command) (*modules.Env, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	pool, err := openDatabase(cmd.Context(), cfg)
+	logger := newLogger(cfg, cmd.ErrOrStderr())
+	pool, err := openDatabase(cmd.Context(), cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -145,11 +146,12 @@ func (a *App) Open(cmd *cobra.Command) (*modules.Env, func(), error) {
 		pool.Close()
 		return nil, nil, fmt.Errorf("%w (run: orbit migrate up)", err)
 	}
-	logger := newLogger(cfg, cmd.ErrOrStderr())
 	return &modules.Env{Config: cfg, DB: pool, Logger: logger}, func() { pool.Close() }, nil
 }
 
-func openDatabase(ctx context.Context, cfg *config.Config) (*sql.DB, error) {
+// openDatabase opens the pool of database.dsn and database.failover_dsns;
+// switches between them are logged to logger.
+func openDatabase(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*sql.DB, error) {
 	if cfg.Database.DSN == "" {
 		// Commands run beside `orbit dev` use its local database.
 		cfg.Database.DSN = localDevDSN()
@@ -157,7 +159,8 @@ func openDatabase(ctx context.Context, cfg *config.Config) (*sql.DB, error) {
 	if cfg.Database.DSN == "" {
 		return nil, fmt.Errorf("database.dsn: not set (set ORBIT_MYSQL_DSN, or start `make run` / `orbit dev` for a local database)")
 	}
-	pool, err := db.Open(ctx, cfg.Database.DSN)
+	dsns := append([]string{cfg.Database.DSN}, cfg.Database.FailoverDSNs...)
+	pool, err := db.OpenList(ctx, dsns, logger)
 	if err != nil {
 		return nil, err
 	}

@@ -59,7 +59,7 @@ func (app *App) serve(ctx context.Context, cmd *cobra.Command, cfg *config.Confi
 		defer mln.Close()
 	}
 	logger := newLogger(cfg, cmd.ErrOrStderr())
-	pool, err := openDatabase(ctx, cfg)
+	pool, err := openDatabase(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}

@@ -45,6 +45,12 @@ func newNodeMetrics(reg *metrics.Registry, pool *sql.DB) (*nodeMetrics, func()) 
 		func() float64 { return pool.Stats().WaitDuration.Seconds() })
 	reg.CounterFunc("db_pool_waits_total", "Waits for a free connection of the database pool.", nil,
 		func() float64 { return float64(pool.Stats().WaitCount) })
+	if c := db.PoolConnector(pool); c != nil {
+		reg.GaugeFunc("db_active_dsn", "Index of the DSN new database connections go to: 0 for database.dsn, n for database.failover_dsns[n-1].", nil,
+			func() float64 { return float64(c.Active()) })
+		reg.CounterFunc("db_dsn_switches_total", "Times new database connections moved to another DSN because a dial to the active one failed.", nil,
+			func() float64 { return float64(c.Switches()) })
+	}
 	stop := db.ObserveTx(pool, func(outcome string) { txs.WithLabelValues(outcome).Inc() })
 	return m, stop
 }
