@@ -223,21 +223,23 @@ func (m *Module) Start(context.Context) error {
 
 // Stop stops the loops, then marks the node stopped and closes the
 // sessions it still has open, in one transaction. It is idempotent, and
-// does nothing to the database when the node never registered.
+// does nothing to the database when the node never registered. When the
+// database fails then, it logs a warning and returns nil: the other nodes
+// mark the node dead after 3 heartbeat intervals, which closes the same
+// sessions.
 func (m *Module) Stop(ctx context.Context) error {
 	if err := m.loops.Stop(ctx); err != nil {
 		return fmt.Errorf("cluster: stop: %w", err)
 	}
-	var err error
 	m.stopOnce.Do(func() {
 		if !m.registered.Load() {
 			return
 		}
-		if err = nodeStop(ctx, m.db, m.id, m.conns); err != nil {
-			err = fmt.Errorf("cluster: stop: %w", err)
+		if err := nodeStop(ctx, m.db, m.id, m.conns); err != nil {
+			m.logger.Warn("mark the node stopped failed; the other nodes will mark it dead", "err", err)
 		}
 	})
-	return err
+	return nil
 }
 
 var (
