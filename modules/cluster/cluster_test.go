@@ -359,3 +359,24 @@ func TestN3_ClusterStatusCommand(t *testing.T) {
 		t.Errorf("-o yaml: %v, want an error naming -o/--output", err)
 	}
 }
+
+// A bad cluster section is refused with every key at fault named.
+func TestN3_ConfigErrorsNameTheirKeys(t *testing.T) {
+	t.Parallel()
+	info, _ := modules.Lookup("cluster")
+	m := info.New()
+	cfg := m.(modules.Configurer).Config().(*cluster.Config)
+	cfg.NodeName = strings.Repeat("n", 256)
+	cfg.HeartbeatInterval = 0
+	cfg.SignalInterval = 20 * time.Millisecond
+	cfg.SignalIdleMax = 10 * time.Millisecond
+	err := m.(modules.Validator).Validate()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, key := range []string{"cluster.node_name", "cluster.heartbeat_interval", "cluster.signal_idle_max"} {
+		if !strings.Contains(err.Error(), key) {
+			t.Errorf("error %q does not name %s", err, key)
+		}
+	}
+}
