@@ -18,6 +18,11 @@
 // moved. A relayed wake-up is not counted as a change (wake.Broadcast.Wake),
 // so it is never published back. A node alone publishes nothing and polls
 // once per heartbeat.
+//
+// The module requires no other, and the host orders modules without a
+// dependency between them by ID: it starts before events and workers and
+// stops after them, once their connections have closed their sessions
+// (TestN3_NodeRegistersAndHeartbeats holds that order).
 package cluster
 
 import (
