@@ -16,8 +16,8 @@
 // notified (at most one UPDATE per signal_interval), and polls the other
 // nodes' counters, waking the local waiters of every signal whose counter
 // moved. A relayed wake-up is not counted as a change (wake.Broadcast.Wake),
-// so it is never published back. A node alone publishes nothing and polls
-// once per heartbeat.
+// so it is never published back. A node alone publishes nothing, and reads
+// the table every signal_idle_max to find a node that joins.
 //
 // The module requires no other, and the host orders modules without a
 // dependency between them by ID: it starts before events and workers and

@@ -77,8 +77,10 @@ func (m *Module) publishLoop(ctx context.Context, last []uint64, kick <-chan str
 // local waiters of every signal whose counter moved on one of them (one
 // seen for the first time counts as moved from 0). It reads every
 // signal_interval while counters move, doubling the interval up to
-// signal_idle_max while they do not, and once per heartbeat_interval while
-// no other node is alive.
+// signal_idle_max while they do not or while no other node is alive: a
+// node alone publishes nothing, so it must find a node that joins within
+// signal_idle_max, or the first results of the newcomer's consumers would
+// wait for their poll.
 func (m *Module) watchLoop(ctx context.Context) {
 	byName := map[string][]*wake.Broadcast{}
 	for _, s := range m.signals {
@@ -126,8 +128,6 @@ func (m *Module) watchLoop(ctx context.Context) {
 			}
 		}
 		switch {
-		case len(now) == 0:
-			wait = m.cfg.HeartbeatInterval
 		case len(moved) > 0:
 			wait = m.cfg.SignalInterval
 		default:
