@@ -138,6 +138,11 @@ type Env struct {
 	// (tracing.otlp_endpoint unset): modules make their tracers with
 	// tracing.NewTracer, which is off for nil.
 	Tracing trace.TracerProvider
+	// NodeID identifies this run of `orbit serve` among the nodes sharing
+	// the database: a new db.NewID for every run, made once by the host.
+	// Modules record it with what belongs to the node, such as its
+	// connections' sessions. It is "" for CLI commands.
+	NodeID string
 
 	host *Host
 }

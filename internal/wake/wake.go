@@ -5,13 +5,19 @@ package wake
 import "sync"
 
 // Broadcast wakes every waiter at once. The zero value is ready to use.
+//
+// It counts its own notifications (Gen), so that a publisher can tell a
+// change made on this node (Notify) from a wake-up relayed from another
+// node (Wake), which it must not publish again.
 type Broadcast struct {
-	mu sync.Mutex
-	ch chan struct{}
+	mu  sync.Mutex
+	ch  chan struct{}
+	gen uint64
 }
 
-// C returns a channel that is closed at the next Notify. Take the channel
-// before checking the condition, then wait on it, so no notification is lost.
+// C returns a channel that is closed at the next Notify or Wake. Take the
+// channel before checking the condition, then wait on it, so no
+// notification is lost.
 func (b *Broadcast) C() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -21,10 +27,33 @@ func (b *Broadcast) C() <-chan struct{} {
 	return b.ch
 }
 
-// Notify wakes everyone waiting on a channel from C. It never blocks.
+// Notify records a change made on this node (Gen counts it) and wakes
+// everyone waiting on a channel from C. It never blocks.
 func (b *Broadcast) Notify() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.gen++
+	b.wakeLocked()
+}
+
+// Wake wakes everyone waiting on a channel from C without counting a
+// change: for a change made elsewhere, such as on another node. It never
+// blocks.
+func (b *Broadcast) Wake() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.wakeLocked()
+}
+
+// Gen returns how many times Notify was called. Take the channel from C
+// before reading it, then wait on the channel, so no Notify is missed.
+func (b *Broadcast) Gen() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.gen
+}
+
+func (b *Broadcast) wakeLocked() {
 	if b.ch != nil {
 		close(b.ch)
 		b.ch = nil

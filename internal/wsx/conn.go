@@ -28,6 +28,10 @@ const (
 	ClosePolicyViolation = websocket.ClosePolicyViolation   // 1008
 	CloseTooBig          = websocket.CloseMessageTooBig     // 1009
 	CloseInternalError   = websocket.CloseInternalServerErr // 1011
+	// CloseServiceRestart tells the client to reconnect at once: the
+	// node lost its membership in the cluster and its sessions were
+	// closed for it.
+	CloseServiceRestart = websocket.CloseServiceRestart // 1012
 	// CloseAbnormal is never sent: it reports a connection that ended
 	// without a close frame from this side, such as after a write
 	// timeout or a lost socket.

@@ -5,6 +5,7 @@ package all
 
 import (
 	_ "github.com/orbitrun/orbit/modules/admin"
+	_ "github.com/orbitrun/orbit/modules/cluster"
 	_ "github.com/orbitrun/orbit/modules/console"
 	_ "github.com/orbitrun/orbit/modules/events"
 	_ "github.com/orbitrun/orbit/modules/inboxreceiver"

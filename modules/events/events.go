@@ -119,6 +119,8 @@ type Module struct {
 	logger   *slog.Logger
 	metrics  *eventMetrics
 	tracer   tracing.Tracer
+	// nodeID is recorded with every session of this node.
+	nodeID string
 }
 
 // OrbitModule returns the module's info.
@@ -184,6 +186,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	}
 	m.auth = a
 	m.logger = env.Logger.With("module", "events")
+	m.nodeID = env.NodeID
 	m.tracer = tracing.NewTracer(env.Tracing, tracerName)
 	m.acks = newAckBatcher(s, s.MaterializeSoon)
 	m.controls = newControlBatcher(s)

@@ -99,7 +99,7 @@ func (m *Module) hello(c *wsx.Conn, f *wsx.Frame, r *http.Request) (wsx.Session,
 	// knows of would stay open for ever.
 	openCtx, cancel := wsx.CleanupContext(c.Context())
 	id, err := m.subs.EventSessionOpen(openCtx, &subscriptions.EventSessionOpenParams{
-		SubscriptionID: sub.ID, CredentialID: c.Principal().CredentialID, Capacity: *body.Capacity,
+		SubscriptionID: sub.ID, CredentialID: c.Principal().CredentialID, Capacity: *body.Capacity, NodeID: m.nodeID,
 	})
 	cancel()
 	if err != nil {
@@ -395,6 +395,13 @@ func (s *session) Dispatch() {
 			// Deleted while connected (K-11): reported, then closed
 			// normally; there is nothing to reconnect to.
 			s.c.Fail("", err, wsx.CloseNormal, "subscription deleted")
+			return
+		case errors.Is(err, subscriptions.ErrSessionClosed):
+			// Another node took this one for dead and closed its
+			// sessions (N-3): reported, then closed with 1012 so that
+			// the consumer reconnects at once; its proofs stay valid.
+			s.c.Logger().Warn("session closed by the cluster", "session_id", s.id)
+			s.c.Fail("", err, wsx.CloseServiceRestart, "session closed")
 			return
 		case errors.Is(err, subscriptions.ErrHistoryExpired):
 			// Never jump to the latest position: report and close (E-15).

@@ -37,18 +37,26 @@ import (
 // ErrLeaseLost answers an ACK with a superseded or wrong proof.
 var ErrLeaseLost = httpx.Errorf(httpx.CodeDeliveryLeaseLost, "this proof does not hold the delivery's latest lease")
 
+// ErrSessionClosed is DeliveryClaim's answer for a session that is closed
+// while its connection still runs: the node serving it was taken for dead
+// by another node, which closed its sessions (N-3). The connection must
+// close so that its consumer reconnects.
+var ErrSessionClosed = httpx.Errorf(httpx.CodeUnavailable, "this connection's session was closed because its node was taken for dead; reconnect")
+
 // EventSessionOpenParams describe an event connection.
 type EventSessionOpenParams struct {
 	SubscriptionID string
 	CredentialID   string
 	Capacity       int
+	// NodeID is the node serving the connection (modules.Env.NodeID).
+	NodeID string
 }
 
 // EventSessionOpen records an event connection and returns its session id.
 func EventSessionOpen(ctx context.Context, pool *sql.DB, p *EventSessionOpenParams) (string, error) {
 	id := db.NewID()
-	_, err := pool.ExecContext(ctx, `INSERT INTO event_sessions (id, subscription_id, credential_id, capacity, connected_at)
-		VALUES (?, ?, ?, ?, ?)`, id, p.SubscriptionID, p.CredentialID, p.Capacity, db.Now())
+	_, err := pool.ExecContext(ctx, `INSERT INTO event_sessions (id, subscription_id, credential_id, capacity, connected_at, node_id)
+		VALUES (?, ?, ?, ?, ?, ?)`, id, p.SubscriptionID, p.CredentialID, p.Capacity, db.Now(), p.NodeID)
 	if err != nil {
 		return "", fmt.Errorf("subscriptions: open event session: %w", err)
 	}
@@ -239,7 +247,7 @@ type DeliveryClaimParams struct {
 // free capacity, expired leases of the subscription are recovered and
 // leased in the same transaction. The leases are committed before DeliveryClaim
 // returns, so the caller sends event.deliver only for persisted leases. A
-// paused subscription, or a closed session, gets nothing. p.Grant is
+// paused subscription gets nothing, a closed session ErrSessionClosed. p.Grant is
 // checked with grants (the admin module's) in the same transaction: when it
 // no longer holds, the error is that of grants.CheckGrants, and nothing is
 // leased.
@@ -256,7 +264,7 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 			return err
 		}
 		if closed.Valid {
-			return nil
+			return ErrSessionClosed
 		}
 		denied, err := grants.CheckGrants(ctx, tx, []auth.Grant{p.Grant})
 		if err != nil {

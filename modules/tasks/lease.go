@@ -38,6 +38,12 @@ const (
 // hold the task's current lease.
 var errLeaseLost = httpx.Errorf(httpx.CodeTaskLeaseLost, "the lease is no longer held by this proof")
 
+// ErrSessionClosed is AttemptLease's answer for a session that is closed
+// while its connection still runs: the node serving it was taken for dead
+// by another node, which closed its sessions (N-3). The connection must
+// close so that its worker reconnects and resumes its leases.
+var ErrSessionClosed = httpx.Errorf(httpx.CodeUnavailable, "this connection's session was closed because its node was taken for dead; reconnect")
+
 // Assignment is one task leased to a worker session.
 type Assignment struct {
 	Task        *Task
@@ -53,14 +59,16 @@ type WorkerSessionOpenParams struct {
 	CredentialID string
 	WorkerName   string
 	Capacity     int
+	// NodeID is the node serving the connection (modules.Env.NodeID).
+	NodeID string
 }
 
 // WorkerSessionOpen records a new worker session and returns its id.
 func (s *Store) WorkerSessionOpen(ctx context.Context, p *WorkerSessionOpenParams) (string, error) {
 	id := db.NewID()
 	_, err := s.db.ExecContext(ctx, `
-		INSERT INTO worker_sessions (id, queue_id, credential_id, worker_name, capacity, connected_at)
-		VALUES (?, ?, ?, ?, ?, ?)`, id, p.QueueID, p.CredentialID, p.WorkerName, p.Capacity, db.Now())
+		INSERT INTO worker_sessions (id, queue_id, credential_id, worker_name, capacity, connected_at, node_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`, id, p.QueueID, p.CredentialID, p.WorkerName, p.Capacity, db.Now(), p.NodeID)
 	if err != nil {
 		return "", fmt.Errorf("tasks: open session: %w", err)
 	}
@@ -100,14 +108,18 @@ func sessionLock(ctx context.Context, tx *sql.Tx, sessionID string) (queueID str
 // committed before AttemptLease returns, so callers send task.assign only for
 // persisted leases. grant is what the session's credential must still hold,
 // checked in the same transaction: when it no longer holds, nothing is
-// leased and the error is that of auth.GrantChecker.CheckGrants.
+// leased and the error is that of auth.GrantChecker.CheckGrants. A closed
+// session leases nothing and gets ErrSessionClosed.
 func (s *Store) AttemptLease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]Assignment, error) {
 	var out []Assignment
 	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
 		out = nil
 		queueID, capacity, held, open, err := sessionLock(ctx, tx, sessionID)
-		if err != nil || !open {
+		if err != nil {
 			return err
+		}
+		if !open {
+			return ErrSessionClosed
 		}
 		denied, err := s.grants.CheckGrants(ctx, tx, []auth.Grant{grant})
 		if err != nil {

@@ -149,7 +149,7 @@ func (m *Module) hello(c *wsx.Conn, f *wsx.Frame, r *http.Request) (wsx.Session,
 	const unavailable = "the session could not be recorded; reconnect"
 	store := m.tasks
 	id, err := store.WorkerSessionOpen(c.Context(), &tasks.WorkerSessionOpenParams{
-		QueueID: *body.QueueID, CredentialID: p.CredentialID, WorkerName: name, Capacity: *body.Capacity,
+		QueueID: *body.QueueID, CredentialID: p.CredentialID, WorkerName: name, Capacity: *body.Capacity, NodeID: m.nodeID,
 	})
 	if err != nil {
 		c.Unavailable(f.MessageID, unavailable, "open worker session", err)
@@ -490,6 +490,14 @@ func (s *session) Dispatch() {
 		assigned, err := store.AttemptLease(ctx, s.id, s.grant(), s.m.cfg.LeaseDuration)
 		if err != nil {
 			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, tasks.ErrSessionClosed) {
+				// Another node took this one for dead and closed its
+				// sessions (N-3): the worker reconnects at once and
+				// resumes its leases on a new session.
+				s.c.Logger().Warn("session closed by the cluster", "session_id", s.id)
+				s.c.Close(wsx.CloseServiceRestart, "UNAVAILABLE: session closed because its node was taken for dead; reconnect")
 				return
 			}
 			var he *httpx.Error

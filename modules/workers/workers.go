@@ -80,6 +80,8 @@ type Module struct {
 	// Endpoint mounts the entry (Routes) and stops it (Stop).
 	wsx.Endpoint
 	logger *slog.Logger
+	// nodeID is recorded with every session of this node.
+	nodeID string
 	tracer tracing.Tracer
 	// completes applies task.complete frames of every connection in shared
 	// transactions.
@@ -133,6 +135,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	}
 	m.auth = a
 	m.logger = env.Logger.With("module", "workers")
+	m.nodeID = env.NodeID
 	m.tracer = tracing.NewTracer(env.Tracing, tracerName)
 	m.completes = m.newCompleteBatcher()
 	m.entry, m.Endpoint, err = wsx.NewEndpoint("workers", "/v1/workers/connect", m.auth, m.logger, wsx.Config{

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orbitrun/orbit/config"
+	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/metrics"
 	"github.com/orbitrun/orbit/internal/migrate"
@@ -46,6 +47,8 @@ type Server struct {
 	unobserveDB func()
 	metricsHTTP *http.Server
 	metricsDone chan struct{}
+
+	nodeID string
 }
 
 // Params are the inputs of New.
@@ -71,13 +74,13 @@ func New(ctx context.Context, p Params) (*Server, error) {
 	}
 	reg := metrics.New()
 	node, unobserve := newNodeMetrics(reg, p.DB)
-	env := &modules.Env{Config: p.Config, DB: p.DB, Logger: p.Logger, Metrics: reg, Tracing: p.Tracing}
+	env := &modules.Env{Config: p.Config, DB: p.DB, Logger: p.Logger, Metrics: reg, Tracing: p.Tracing, NodeID: db.NewID()}
 	if err := host.Provision(ctx, env); err != nil {
 		unobserve()
 		return nil, err
 	}
 	s := &Server{
-		cfg: p.Config, db: p.DB, logger: p.Logger, host: host, metrics: reg, unobserveDB: unobserve,
+		cfg: p.Config, db: p.DB, logger: p.Logger, host: host, metrics: reg, unobserveDB: unobserve, nodeID: env.NodeID,
 		collector: metrics.NewCollector(reg, p.DB, p.Config.Metrics.RefreshInterval, p.Logger.With("module", "metrics")),
 	}
 	r := mux.NewRouter().SkipClean(true)
@@ -120,6 +123,9 @@ func (s *Server) Routes() []Route {
 	})
 	return out
 }
+
+// NodeID returns the node id of this run (modules.Env.NodeID).
+func (s *Server) NodeID() string { return s.nodeID }
 
 // Modules returns the IDs of the modules this server runs, in start order.
 func (s *Server) Modules() []string { return s.host.IDs() }

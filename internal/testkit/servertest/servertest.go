@@ -51,8 +51,10 @@ type Server struct {
 	// tests never collide), or "" when an option set
 	// server.metrics_listen empty.
 	MetricsURL string
-	srv        *server.Server
-	logs       *lockedWriter
+	// NodeID is the server's node id (modules.Env.NodeID).
+	NodeID string
+	srv    *server.Server
+	logs   *lockedWriter
 }
 
 // Logs returns everything the server has logged so far.
@@ -136,7 +138,7 @@ func startOn(t testing.TB, pool *sql.DB, tp trace.TracerProvider, opts []Option)
 			t.Errorf("servertest: the server logged a secret (%.12s…): %s", secret, logged)
 		}
 	})
-	return &Server{URL: hs.URL, DB: pool, Config: cfg, Instances: in, Routes: srv.Routes(), MetricsURL: metricsURL, srv: srv, logs: logs}
+	return &Server{URL: hs.URL, DB: pool, Config: cfg, Instances: in, Routes: srv.Routes(), MetricsURL: metricsURL, NodeID: srv.NodeID(), srv: srv, logs: logs}
 }
 
 // RefreshMetrics recomputes the server's database-backed gauges now, as
