@@ -8,6 +8,7 @@ import (
 	"github.com/orbitrun/orbit/internal/testkit/servertest"
 	"github.com/orbitrun/orbit/internal/testkit/testdb"
 	"github.com/orbitrun/orbit/internal/testkit/wstest"
+	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/events"
 )
 
@@ -147,5 +148,23 @@ func TestN4_ConcurrentConnectsNeverExceedTheLimit(t *testing.T) {
 	}
 	if got := n[0].count(t, `SELECT COUNT(*) FROM event_sessions WHERE application_id = ? AND closed_at IS NULL`, n[0].cred.ApplicationID); got != limit {
 		t.Fatalf("%d open event sessions of the application, want %d", got, limit)
+	}
+}
+
+// TestN4_MaxConnectionsPerAppConfig: events.max_connections_per_app
+// defaults to 256 and must be at least 1; zero is no unlimited value.
+func TestN4_MaxConnectionsPerAppConfig(t *testing.T) {
+	t.Parallel()
+	m := (&events.Module{}).OrbitModule().New()
+	c := m.(modules.Configurer).Config().(*events.Config)
+	if c.MaxConnectionsPerApp != 256 {
+		t.Fatalf("default %d, want 256", c.MaxConnectionsPerApp)
+	}
+	for _, n := range []int{0, -1} {
+		c.MaxConnectionsPerApp = n
+		err := m.(modules.Validator).Validate()
+		if err == nil || !strings.Contains(err.Error(), "events.max_connections_per_app: must be at least 1") {
+			t.Fatalf("max_connections_per_app %d: %v, want an error naming the key", n, err)
+		}
 	}
 }
