@@ -134,6 +134,21 @@ type GrantChecker interface {
 	CheckGrants(ctx context.Context, q Querier, grants []Grant) ([]error, error)
 }
 
+// ApplicationLocker serialises what must be counted per application across
+// every node, such as the connections an application holds open (N-4).
+// The admin module, which owns the applications, implements it; modules
+// get it with modules.Require[auth.ApplicationLocker](env, "admin").
+type ApplicationLocker interface {
+	// ApplicationLock locks the application's row in tx until tx ends
+	// (SELECT … FOR UPDATE on its primary key), so that transactions of
+	// any node that lock the same application run one after the other: a
+	// count read after the lock sees every commit of the ones before. It
+	// costs one primary-key read. No other transaction locks application
+	// rows, so callers take it first and lock their own rows after it. An
+	// application that does not exist is an error wrapping sql.ErrNoRows.
+	ApplicationLock(ctx context.Context, tx *sql.Tx, applicationID string) error
+}
+
 // Querier is what CheckGrants reads through: a pool or a transaction.
 type Querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)

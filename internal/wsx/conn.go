@@ -32,6 +32,10 @@ const (
 	// node lost its membership in the cluster and its sessions were
 	// closed for it.
 	CloseServiceRestart = websocket.CloseServiceRestart // 1012
+	// CloseTryAgainLater follows a refusal for capacity
+	// (CAPACITY_EXCEEDED): the client did nothing wrong and reconnects
+	// with backoff.
+	CloseTryAgainLater = websocket.CloseTryAgainLater // 1013
 	// CloseAbnormal is never sent: it reports a connection that ended
 	// without a close frame from this side, such as after a write
 	// timeout or a lost socket.

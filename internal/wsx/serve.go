@@ -150,12 +150,17 @@ func CheckHello(name string, id *string, capacity *int, maxCapacity int) error {
 }
 
 // RefusalCode is the close code after a refused request: 1011 when the
-// check could not be made (UNAVAILABLE, a temporary failure), 1008 when it
-// failed.
+// check could not be made (UNAVAILABLE, a temporary failure), 1013 when a
+// limit is reached (CAPACITY_EXCEEDED), 1008 when it failed.
 func RefusalCode(err error) int {
 	var he *httpx.Error
-	if errors.As(err, &he) && he.Code == httpx.CodeUnavailable {
-		return CloseInternalError
+	if errors.As(err, &he) {
+		switch he.Code {
+		case httpx.CodeUnavailable:
+			return CloseInternalError
+		case httpx.CodeCapacityExceeded:
+			return CloseTryAgainLater
+		}
 	}
 	return ClosePolicyViolation
 }

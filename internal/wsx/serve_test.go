@@ -244,6 +244,7 @@ func TestRefusalCode(t *testing.T) {
 		want int
 	}{
 		{httpx.Errorf(httpx.CodeUnavailable, "x"), CloseInternalError},
+		{httpx.Errorf(httpx.CodeCapacityExceeded, "x"), CloseTryAgainLater},
 		{httpx.Errorf(httpx.CodePermissionDenied, "x"), ClosePolicyViolation},
 		{auth.ErrUnauthenticated, ClosePolicyViolation},
 		{errors.New("plain"), ClosePolicyViolation},

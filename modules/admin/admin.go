@@ -1,7 +1,8 @@
 // Package admin is the identity module: namespaces, applications,
 // environments, queues, credentials, permissions, queue grants and the audit
 // log. It serves `GET /v1/credential` and `GET /v1/queues`, provides the `orbit admin` commands,
-// and offers the other modules auth.Authenticator and audit.Writer.
+// and offers the other modules auth.Authenticator, auth.ApplicationLocker
+// and audit.Writer.
 package admin
 
 import (
@@ -57,6 +58,12 @@ func (m *Module) CredentialPrincipal(ctx context.Context, credentialID string) (
 // (auth.GrantChecker). It is called after Provision.
 func (m *Module) CheckGrants(ctx context.Context, q auth.Querier, grants []auth.Grant) ([]error, error) {
 	return m.store.CheckGrants(ctx, q, grants)
+}
+
+// ApplicationLock locks the application's row in tx
+// (auth.ApplicationLocker). It is called after Provision.
+func (m *Module) ApplicationLock(ctx context.Context, tx *sql.Tx, applicationID string) error {
+	return m.store.ApplicationLock(ctx, tx, applicationID)
 }
 
 // Audit appends r to the audit log inside tx (audit.Writer). It is called
@@ -116,9 +123,10 @@ func (m *Module) getCredential(w http.ResponseWriter, r *http.Request) {
 }
 
 var (
-	_ modules.Provisioner = (*Module)(nil)
-	_ modules.Router      = (*Module)(nil)
-	_ modules.Commander   = (*Module)(nil)
-	_ auth.Authenticator  = (*Module)(nil)
-	_ audit.Writer        = (*Module)(nil)
+	_ modules.Provisioner    = (*Module)(nil)
+	_ modules.Router         = (*Module)(nil)
+	_ modules.Commander      = (*Module)(nil)
+	_ auth.Authenticator     = (*Module)(nil)
+	_ auth.ApplicationLocker = (*Module)(nil)
+	_ audit.Writer           = (*Module)(nil)
 )

@@ -598,6 +598,19 @@ func (s *Store) CheckGrants(ctx context.Context, q auth.Querier, grants []auth.G
 	return out, nil
 }
 
+// ApplicationLock locks the application's row in tx until tx ends
+// (auth.ApplicationLocker): the connections of one application are
+// admitted one at a time across every node (N-4). Nothing else in Orbit
+// locks application rows, so it cannot be part of a deadlock cycle when
+// taken before the caller's own rows.
+func (s *Store) ApplicationLock(ctx context.Context, tx *sql.Tx, applicationID string) error {
+	var id string
+	if err := tx.QueryRowContext(ctx, `SELECT id FROM applications WHERE id = ? FOR UPDATE`, applicationID).Scan(&id); err != nil {
+		return fmt.Errorf("admin: lock application %s: %w", applicationID, err)
+	}
+	return nil
+}
+
 func dedupeSorted(in []string) []string {
 	set := map[string]bool{}
 	out := []string{}
@@ -612,8 +625,9 @@ func dedupeSorted(in []string) []string {
 }
 
 var (
-	_ auth.Authenticator = (*Store)(nil)
-	_ audit.Writer       = (*Store)(nil)
+	_ auth.Authenticator     = (*Store)(nil)
+	_ auth.ApplicationLocker = (*Store)(nil)
+	_ audit.Writer           = (*Store)(nil)
 )
 
 // QueueNamespaces returns the namespace of every queue, keyed by queue id,

@@ -29,14 +29,22 @@ const subprotocol = "orbit.events.v1"
 const (
 	DefaultLeaseDuration  = 30 * time.Second
 	DefaultMaxConnections = wsx.DefaultMaxConns
-	DefaultClaimsInFlight = 4
-	DefaultClaimsPerApp   = 1
-	defaultClaimsQueued   = 128
-	defaultClaimsPerRound = 4
-	DefaultPollInterval   = time.Second
-	maxCapacity           = 32
-	claimRecoverBatch     = 32
-	claimTimeout          = 8 * time.Second
+	// DefaultMaxConnectionsPerApp bounds one application's event
+	// connections across every node: twice a node's default
+	// max_connections, so that an application may fill a node of its own
+	// and then some, while a connection leak or a reconnect loop of one
+	// application cannot take every connection of a larger cluster. Each
+	// connect counts the application's open sessions through an index, so
+	// the bound also keeps that read small.
+	DefaultMaxConnectionsPerApp = 2 * wsx.DefaultMaxConns
+	DefaultClaimsInFlight       = 4
+	DefaultClaimsPerApp         = 1
+	defaultClaimsQueued         = 128
+	defaultClaimsPerRound       = 4
+	DefaultPollInterval         = time.Second
+	maxCapacity                 = 32
+	claimRecoverBatch           = 32
+	claimTimeout                = 8 * time.Second
 )
 
 // Config is the `events` section.
@@ -52,6 +60,11 @@ type Config struct {
 	// MaxConnections bounds the event connections of this node; more get 429
 	// CAPACITY_EXCEEDED with Retry-After: 1 before the upgrade.
 	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerApp bounds the event connections of one application
+	// (that of the credential) open at once across every node, counted in
+	// the database (N-4); more are refused after their hello with
+	// CAPACITY_EXCEEDED and close code 1013.
+	MaxConnectionsPerApp int `yaml:"max_connections_per_app"`
 	// HelloTimeout is how long a new connection may take to send hello.
 	HelloTimeout time.Duration `yaml:"hello_timeout"`
 	// IdleTimeout closes a connection that sent no valid frame for this long.
@@ -132,7 +145,7 @@ func (*Module) OrbitModule() modules.Info {
 		New: func() modules.Module {
 			return &Module{cfg: Config{
 				LeaseDuration: DefaultLeaseDuration, MaxLeaseExtension: DefaultMaxLeaseExtension, HeartbeatInterval: wsx.DefaultHeartbeatInterval,
-				MaxConnections: DefaultMaxConnections, HelloTimeout: wsx.DefaultHelloTimeout,
+				MaxConnections: DefaultMaxConnections, MaxConnectionsPerApp: DefaultMaxConnectionsPerApp, HelloTimeout: wsx.DefaultHelloTimeout,
 				IdleTimeout: wsx.DefaultIdleTimeout, WriteTimeout: wsx.DefaultWriteTimeout,
 				ReadQueue: wsx.DefaultInboundQueue, WriteQueue: wsx.DefaultOutboundQueue,
 				ClaimsInFlight: DefaultClaimsInFlight, ClaimsPerApp: DefaultClaimsPerApp,
@@ -160,6 +173,9 @@ func (m *Module) Validate() error {
 	p.Positive("write_timeout", m.cfg.WriteTimeout)
 	p.Positive("poll_interval", m.cfg.PollInterval)
 	p.AtLeastOne("max_connections", m.cfg.MaxConnections)
+	if m.cfg.MaxConnectionsPerApp < 1 {
+		p.Add("max_connections_per_app", "must be at least 1, got %d; there is no unlimited setting, set a larger bound instead", m.cfg.MaxConnectionsPerApp)
+	}
 	p.AtLeastOne("read_queue", m.cfg.ReadQueue)
 	p.AtLeastOne("write_queue", m.cfg.WriteQueue)
 	p.AtLeastOne("claims_in_flight", m.cfg.ClaimsInFlight)

@@ -77,7 +77,8 @@ func (m *Module) connect(w http.ResponseWriter, r *http.Request) {
 }
 
 // hello answers events.hello: it checks the subscription's owner and queue
-// scope (E-2), records the session and answers events.welcome (E-3).
+// scope (E-2), records the session within the application's connection
+// limit (N-4) and answers events.welcome (E-3).
 func (m *Module) hello(c *wsx.Conn, f *wsx.Frame, r *http.Request) (wsx.Session, error) {
 	var body helloBody
 	if err := wsx.DecodeBody(f, &body); err != nil {
@@ -99,9 +100,15 @@ func (m *Module) hello(c *wsx.Conn, f *wsx.Frame, r *http.Request) (wsx.Session,
 	// knows of would stay open for ever.
 	openCtx, cancel := wsx.CleanupContext(c.Context())
 	id, err := m.subs.EventSessionOpen(openCtx, &subscriptions.EventSessionOpenParams{
-		SubscriptionID: sub.ID, CredentialID: c.Principal().CredentialID, Capacity: *body.Capacity, NodeID: m.nodeID,
+		SubscriptionID: sub.ID, CredentialID: c.Principal().CredentialID, ApplicationID: c.Principal().ApplicationID, NodeID: m.nodeID,
+		Capacity: *body.Capacity, MaxPerApplication: m.cfg.MaxConnectionsPerApp,
 	})
 	cancel()
+	if errors.Is(err, subscriptions.ErrApplicationConnections) {
+		return nil, httpx.Errorf(httpx.CodeCapacityExceeded,
+			"the application has %d event connections open across all nodes, its limit (events.max_connections_per_app); retry later",
+			m.cfg.MaxConnectionsPerApp)
+	}
 	if err != nil {
 		c.Unavailable(f.MessageID, "the session could not be recorded; reconnect", "open event session", err)
 		return nil, nil

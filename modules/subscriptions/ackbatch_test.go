@@ -22,7 +22,7 @@ func leased(t *testing.T, f *fixture, name string, n int) (*Subscription, string
 	if created, _, err := deliveryMaterialize(ctx, f.db, f.log, s.ID, 100); err != nil || created != n {
 		t.Fatalf("materialize: %d deliveries, %v; want %d", created, err, n)
 	}
-	session, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: n})
+	session, err := EventSessionOpen(ctx, f.db, nil, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: n})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestAckBatch_RefusedProofDoesNotStopTheOthers(t *testing.T) {
 	if _, err := f.db.Exec(`UPDATE event_deliveries SET lease_until = ? WHERE id = ?`, db.Now().Add(-time.Second), leases[2].Delivery.ID); err != nil {
 		t.Fatal(err)
 	}
-	other, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: 1})
+	other, err := EventSessionOpen(ctx, f.db, nil, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestAckBatch_GrantIsCheckedInTheBatch(t *testing.T) {
 		t.Fatalf("ACK after revocation: %v, want UNAUTHENTICATED", out[0].Err)
 	}
 	wantStates(t, f, s, map[string]string{leases[0].Delivery.ID: stateLeased})
-	other, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: 1})
+	other, err := EventSessionOpen(ctx, f.db, nil, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func TestClaim_RecoveredLeasesJoinWhatWasPickedOnce(t *testing.T) {
 		time.Now().UTC().Add(-time.Second), first[0].Delivery.ID); err != nil {
 		t.Fatal(err)
 	}
-	session, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: 4})
+	session, err := EventSessionOpen(ctx, f.db, nil, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,21 +47,63 @@ var ErrSessionClosed = httpx.Errorf(httpx.CodeUnavailable, "this connection's se
 type EventSessionOpenParams struct {
 	SubscriptionID string
 	CredentialID   string
-	Capacity       int
+	// ApplicationID is the application of the credential; the session
+	// counts against its connections (N-4).
+	ApplicationID string
+	Capacity      int
+	// MaxPerApplication bounds the event connections of the application
+	// open at once across every node (events.max_connections_per_app);
+	// zero admits without counting, for callers that bound nothing.
+	MaxPerApplication int
 	// NodeID is the node serving the connection (modules.Env.NodeID).
 	NodeID string
 }
 
+// ErrApplicationConnections is returned by EventSessionOpen when the
+// application already has MaxPerApplication event connections open.
+var ErrApplicationConnections = errors.New("subscriptions: the application is at its limit of event connections")
+
 // EventSessionOpen records an event connection and returns its session id.
-func EventSessionOpen(ctx context.Context, pool *sql.DB, p *EventSessionOpenParams) (string, error) {
+// With p.MaxPerApplication set, it first locks the application with apps
+// and counts its open event sessions in the same transaction, so that no
+// two nodes admit the same last slot (N-4); at the limit it records nothing
+// and returns ErrApplicationConnections. A session whose COMMIT outcome is
+// unknown is closed again before the error is returned, so that it never
+// holds a slot nobody uses.
+func EventSessionOpen(ctx context.Context, pool *sql.DB, apps auth.ApplicationLocker, p *EventSessionOpenParams) (string, error) {
 	id := db.NewID()
-	_, err := pool.ExecContext(ctx, `INSERT INTO event_sessions (id, subscription_id, credential_id, capacity, connected_at, node_id)
-		VALUES (?, ?, ?, ?, ?, ?)`, id, p.SubscriptionID, p.CredentialID, p.Capacity, db.Now(), p.NodeID)
+	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
+		if p.MaxPerApplication > 0 {
+			if err := apps.ApplicationLock(ctx, tx, p.ApplicationID); err != nil {
+				return err
+			}
+			var open int
+			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM event_sessions WHERE application_id = ? AND closed_at IS NULL`,
+				p.ApplicationID).Scan(&open); err != nil {
+				return err
+			}
+			if open >= p.MaxPerApplication {
+				return ErrApplicationConnections
+			}
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO event_sessions (id, subscription_id, credential_id, application_id, capacity, connected_at, node_id)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, id, p.SubscriptionID, p.CredentialID, p.ApplicationID, p.Capacity, db.Now(), p.NodeID)
+		return err
+	})
+	if errors.Is(err, db.ErrCommitUnknown) {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unknownCommitCloseTimeout)
+		_ = EventSessionClose(closeCtx, pool, id)
+		cancel()
+	}
 	if err != nil {
 		return "", fmt.Errorf("subscriptions: open event session: %w", err)
 	}
 	return id, nil
 }
+
+// unknownCommitCloseTimeout bounds the close of a session whose COMMIT
+// outcome was unknown.
+const unknownCommitCloseTimeout = 5 * time.Second
 
 // EventSessionClose marks an event connection closed. Its leases stay (E-5,
 // E-16): they expire or are ACKed with their proofs from another connection.

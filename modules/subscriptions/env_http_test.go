@@ -318,7 +318,7 @@ func (e *env) events(t *testing.T, queueID string) []tasks.Event {
 // session opens an event connection of capacity n on a subscription.
 func (e *env) session(t *testing.T, c servertest.Credential, subID string, n int) string {
 	t.Helper()
-	id, err := subscriptions.EventSessionOpen(context.Background(), e.srv.DB, &subscriptions.EventSessionOpenParams{
+	id, err := subscriptions.EventSessionOpen(context.Background(), e.srv.DB, nil, &subscriptions.EventSessionOpenParams{
 		SubscriptionID: subID, CredentialID: c.CredentialID, Capacity: n,
 	})
 	if err != nil {

@@ -203,7 +203,7 @@ func TestE8_ClaimRecoverAckStateMachine(t *testing.T) {
 	if n, _, err := deliveryMaterialize(ctx, f.db, f.log, s.ID, 100); err != nil || n != 3 {
 		t.Fatalf("materialize: %d %v", n, err)
 	}
-	session, err := EventSessionOpen(ctx, f.db, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: 2})
+	session, err := EventSessionOpen(ctx, f.db, nil, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 
 // EventSessionOpen records a new event connection and returns its id.
 func (m *Module) EventSessionOpen(ctx context.Context, p *EventSessionOpenParams) (string, error) {
-	return EventSessionOpen(ctx, m.db, p)
+	return EventSessionOpen(ctx, m.db, m.apps, p)
 }
 
 // EventSessionClose marks an event connection closed.

@@ -77,6 +77,7 @@ type Module struct {
 	cfg    Config
 	db     *sql.DB
 	auth   auth.Authenticator
+	apps   auth.ApplicationLocker
 	audit  audit.Writer
 	log    Log
 	logger *slog.Logger
@@ -144,6 +145,9 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 		return fmt.Errorf("subscriptions: %w", err)
 	}
 	m.auth = a
+	if m.apps, err = modules.Require[auth.ApplicationLocker](env, "admin"); err != nil {
+		return fmt.Errorf("subscriptions: %w", err)
+	}
 	if m.audit, err = modules.Require[audit.Writer](env, "admin"); err != nil {
 		return fmt.Errorf("subscriptions: %w", err)
 	}

@@ -57,23 +57,65 @@ type Assignment struct {
 type WorkerSessionOpenParams struct {
 	QueueID      string
 	CredentialID string
-	WorkerName   string
-	Capacity     int
+	// ApplicationID is the application of the credential; the session
+	// counts against its connections (N-4).
+	ApplicationID string
+	WorkerName    string
+	Capacity      int
+	// MaxPerApplication bounds the worker connections of the application
+	// open at once across every node (workers.max_connections_per_app);
+	// zero admits without counting, for callers that bound nothing.
+	MaxPerApplication int
 	// NodeID is the node serving the connection (modules.Env.NodeID).
 	NodeID string
 }
 
-// WorkerSessionOpen records a new worker session and returns its id.
+// ErrApplicationConnections is returned by WorkerSessionOpen when the
+// application already has MaxPerApplication worker connections open.
+var ErrApplicationConnections = errors.New("tasks: the application is at its limit of worker connections")
+
+// WorkerSessionOpen records a new worker session and returns its id. With
+// p.MaxPerApplication set, it first locks the application (the store's
+// Identity) and counts its open worker sessions in the same
+// transaction, so that no two nodes admit the same last slot (N-4); at the
+// limit it records nothing and returns ErrApplicationConnections. A session
+// whose COMMIT outcome is unknown is closed again before the error is
+// returned, so that it never holds a slot nobody uses.
 func (s *Store) WorkerSessionOpen(ctx context.Context, p *WorkerSessionOpenParams) (string, error) {
 	id := db.NewID()
-	_, err := s.db.ExecContext(ctx, `
-		INSERT INTO worker_sessions (id, queue_id, credential_id, worker_name, capacity, connected_at, node_id)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`, id, p.QueueID, p.CredentialID, p.WorkerName, p.Capacity, db.Now(), p.NodeID)
+	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
+		if p.MaxPerApplication > 0 {
+			if err := s.grants.ApplicationLock(ctx, tx, p.ApplicationID); err != nil {
+				return err
+			}
+			var open int
+			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM worker_sessions WHERE application_id = ? AND closed_at IS NULL`,
+				p.ApplicationID).Scan(&open); err != nil {
+				return err
+			}
+			if open >= p.MaxPerApplication {
+				return ErrApplicationConnections
+			}
+		}
+		_, err := tx.ExecContext(ctx, `
+			INSERT INTO worker_sessions (id, queue_id, credential_id, application_id, worker_name, capacity, connected_at, node_id)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, id, p.QueueID, p.CredentialID, p.ApplicationID, p.WorkerName, p.Capacity, db.Now(), p.NodeID)
+		return err
+	})
+	if errors.Is(err, db.ErrCommitUnknown) {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unknownCommitCloseTimeout)
+		_ = s.WorkerSessionClose(closeCtx, id)
+		cancel()
+	}
 	if err != nil {
 		return "", fmt.Errorf("tasks: open session: %w", err)
 	}
 	return id, nil
 }
+
+// unknownCommitCloseTimeout bounds the close of a session whose COMMIT
+// outcome was unknown.
+const unknownCommitCloseTimeout = 5 * time.Second
 
 // WorkerSessionClose marks a session closed. Its leases stay until they expire or
 // are completed: a completion proof is not bound to the session.

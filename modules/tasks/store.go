@@ -23,7 +23,7 @@ import (
 // never notify; other nodes find the change by polling.
 type Store struct {
 	db     *sql.DB
-	grants auth.GrantChecker
+	grants Identity
 	// Backoff returns the delay before a failed idempotent task is offered
 	// again, given the attempts used so far.
 	Backoff func(attempts int) time.Duration
@@ -35,10 +35,19 @@ type Store struct {
 	metrics *taskMetrics
 }
 
+// Identity is what the store needs of the admin module: the grant checks
+// of leases and completions, and the application lock of sessions bounded
+// per application (N-4).
+type Identity interface {
+	auth.GrantChecker
+	auth.ApplicationLocker
+}
+
 // NewStore returns a Store with exponential retry backoff between min and
 // max. Leases and completions check their credential's grant with grants
-// (the admin module's) inside their own transaction.
-func NewStore(pool *sql.DB, grants auth.GrantChecker, backoffMin, backoffMax time.Duration) *Store {
+// (the admin module's) inside their own transaction, and sessions bounded
+// per application lock their application with it.
+func NewStore(pool *sql.DB, grants Identity, backoffMin, backoffMax time.Duration) *Store {
 	return &Store{db: pool, grants: grants, Backoff: func(attempts int) time.Duration {
 		d := backoffMin
 		for i := 1; i < attempts && d < backoffMax; i++ {

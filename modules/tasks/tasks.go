@@ -117,8 +117,12 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	if err != nil {
 		return fmt.Errorf("tasks: %w", err)
 	}
+	identity, err := modules.Require[Identity](env, "admin")
+	if err != nil {
+		return fmt.Errorf("tasks: %w", err)
+	}
 	m.auth, m.audit = a, w
-	m.store = NewStore(env.DB, a, m.cfg.RetryBackoffMin, m.cfg.RetryBackoffMax)
+	m.store = NewStore(env.DB, identity, m.cfg.RetryBackoffMin, m.cfg.RetryBackoffMax)
 	m.store.metrics = newTaskMetrics(env.Metrics, queues)
 	env.Metrics.Refresh(m.store.metrics)
 	m.holds = modules.Offered[RetentionHold](env)

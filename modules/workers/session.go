@@ -121,8 +121,9 @@ func (m *Module) connect(w http.ResponseWriter, r *http.Request) {
 	m.entry.Serve(w, r, typeHello, m.hello)
 }
 
-// hello answers worker.hello: it records the session, adopts the leases the
-// hello resumes and answers worker.welcome.
+// hello answers worker.hello: it records the session within the
+// application's connection limit (N-4), adopts the leases the hello resumes
+// and answers worker.welcome.
 func (m *Module) hello(c *wsx.Conn, f *wsx.Frame, r *http.Request) (wsx.Session, error) {
 	var body helloBody
 	if err := wsx.DecodeBody(f, &body); err != nil {
@@ -149,8 +150,14 @@ func (m *Module) hello(c *wsx.Conn, f *wsx.Frame, r *http.Request) (wsx.Session,
 	const unavailable = "the session could not be recorded; reconnect"
 	store := m.tasks
 	id, err := store.WorkerSessionOpen(c.Context(), &tasks.WorkerSessionOpenParams{
-		QueueID: *body.QueueID, CredentialID: p.CredentialID, WorkerName: name, Capacity: *body.Capacity, NodeID: m.nodeID,
+		QueueID: *body.QueueID, CredentialID: p.CredentialID, ApplicationID: p.ApplicationID, WorkerName: name, NodeID: m.nodeID,
+		Capacity: *body.Capacity, MaxPerApplication: m.cfg.MaxConnectionsPerApp,
 	})
+	if errors.Is(err, tasks.ErrApplicationConnections) {
+		return nil, httpx.Errorf(httpx.CodeCapacityExceeded,
+			"the application has %d worker connections open across all nodes, its limit (workers.max_connections_per_app); retry later",
+			m.cfg.MaxConnectionsPerApp)
+	}
 	if err != nil {
 		c.Unavailable(f.MessageID, unavailable, "open worker session", err)
 		return nil, nil

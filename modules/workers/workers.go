@@ -28,8 +28,12 @@ const subprotocol = "orbit.workers.v1"
 const (
 	defaultLeaseDuration  = 30 * time.Second
 	DefaultMaxConnections = wsx.DefaultMaxConns
-	defaultPollInterval   = time.Second
-	maxCapacity           = 32
+	// DefaultMaxConnectionsPerApp bounds one application's worker
+	// connections across every node, for the reasons of
+	// events.DefaultMaxConnectionsPerApp.
+	DefaultMaxConnectionsPerApp = 2 * wsx.DefaultMaxConns
+	defaultPollInterval         = time.Second
+	maxCapacity                 = 32
 )
 
 // Config is the `workers` section.
@@ -41,6 +45,11 @@ type Config struct {
 	// MaxConnections bounds the worker connections of this node; more get
 	// 429 CAPACITY_EXCEEDED before the upgrade.
 	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerApp bounds the worker connections of one application
+	// (that of the credential) open at once across every node, counted in
+	// the database (N-4); more are refused after their hello with
+	// CAPACITY_EXCEEDED and close code 1013.
+	MaxConnectionsPerApp int `yaml:"max_connections_per_app"`
 	// HelloTimeout is how long a new connection may take to send hello.
 	HelloTimeout time.Duration `yaml:"hello_timeout"`
 	// IdleTimeout closes a connection that sent no frame for this long.
@@ -97,7 +106,7 @@ func (*Module) OrbitModule() modules.Info {
 		New: func() modules.Module {
 			return &Module{cfg: Config{
 				LeaseDuration: defaultLeaseDuration, HeartbeatInterval: wsx.DefaultHeartbeatInterval,
-				MaxConnections: DefaultMaxConnections, HelloTimeout: wsx.DefaultHelloTimeout,
+				MaxConnections: DefaultMaxConnections, MaxConnectionsPerApp: DefaultMaxConnectionsPerApp, HelloTimeout: wsx.DefaultHelloTimeout,
 				IdleTimeout: wsx.DefaultIdleTimeout, PollInterval: defaultPollInterval,
 			}}
 		},
@@ -119,6 +128,9 @@ func (m *Module) Validate() error {
 		p.Add("heartbeat_interval", "must be shorter than lease_duration")
 	}
 	p.AtLeastOne("max_connections", m.cfg.MaxConnections)
+	if m.cfg.MaxConnectionsPerApp < 1 {
+		p.Add("max_connections_per_app", "must be at least 1, got %d; there is no unlimited setting, set a larger bound instead", m.cfg.MaxConnectionsPerApp)
+	}
 	return p.Err()
 }
 

@@ -36,7 +36,9 @@ const welcomeTimeout = 10 * time.Second
 // (429 CAPACITY_EXCEEDED, 503 UNAVAILABLE) waits at least that long.
 // Every failure is retried this way except those Run documents as fatal;
 // in particular 503 UNAVAILABLE, which the server answers while its
-// database is unreachable, is retried for as long as it lasts.
+// database is unreachable, is retried for as long as it lasts, and so is a
+// hello refused with CAPACITY_EXCEEDED because the application holds its
+// limit of connections across all nodes.
 type BackoffConfig struct {
 	// Initial is the first cap; zero means DefaultBackoffInitial.
 	Initial time.Duration

@@ -330,7 +330,7 @@ func TestS17_DeliveriesOfCancelledTasks(t *testing.T) {
 func (f *fixture) expireDelivery(t *testing.T, subscriptionID, deliveryID string) {
 	t.Helper()
 	ctx := context.Background()
-	session, err := subscriptions.EventSessionOpen(ctx, f.srv.DB, &subscriptions.EventSessionOpenParams{
+	session, err := subscriptions.EventSessionOpen(ctx, f.srv.DB, nil, &subscriptions.EventSessionOpenParams{
 		SubscriptionID: subscriptionID, CredentialID: f.cred.CredentialID, Capacity: 1,
 	})
 	if err != nil {
