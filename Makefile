@@ -82,13 +82,20 @@ galera: db-server
 # failures and brute-force aborts. The tests get the cluster through
 # ORBIT_TEST_MYSQL_DSN (node 0) and ORBIT_TEST_GALERA (every node's DSN).
 # Marked for Galera: every test named after a T-, S-, E- or K- rule
-# (Test<letter><number>_...) in GALERA_PKGS, the packages that hold them, and
-# the N-7 tests (Galera's errors, the migration lease). About 5 minutes on 2
-# cores; see docs/testing.md.
+# (GALERA_RUN: Test<letter><number>_...) in GALERA_PKGS, the module packages
+# that hold them, and the N-7 tests (Galera's errors, the migration lease),
+# without -race (make test has it), minus GALERA_SKIP: five tests of volume
+# or input validation rather than concurrency. tests/sdk and tests/acceptance,
+# which drive the same modules through the SDK and a whole scenario, are left
+# out too: with them the run takes over 6 minutes on 2 cores, since every
+# test database costs some 25 DDL statements, which Galera runs on every node
+# one at a time. All of them passed on Galera; docs/reliability.md has the
+# findings. About 5 minutes on 2 cores. Widen the set with GALERA_PKGS=...
+# or GALERA_SKIP=.
 GALERA_RUN  := ^Test(T|S|E|K)[0-9]+_|^TestN7_
 GALERA_SKIP := ^(TestK7_BulkRetryOfTenThousandDeadLetters|TestE4_CapacityAcrossConnections|TestS4_CreateFields|TestS10_AtMost64SubscriptionsPerNamespace|TestS24_AttemptBudgetStartsAtMaxAttempts)$$
 GALERA_PKGS := ./modules/tasks ./modules/workers ./modules/subscriptions ./modules/events ./internal/wsx \
-	./tests/integration ./tests/sdk ./internal/db ./internal/migrate
+	./tests/integration ./internal/db ./internal/migrate
 test-galera: galera
 	$(GO) run ./internal/testkit/galerarun -run '$(GALERA_RUN)' -skip '$(GALERA_SKIP)' $(GALERA_PKGS)
 

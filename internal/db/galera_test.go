@@ -48,7 +48,7 @@ func galeraNodes(t *testing.T) (node0, node1 *sql.DB) {
 		cfg.DBName = name
 		return cfg.FormatDSN()
 	}
-	node0, node1 = open(t, withDB(dsns[0])), open(t, withDB(dsns[1]))
+	node0 = open(t, withDB(dsns[0]))
 	for _, q := range []string{
 		"CREATE TABLE counters (id INT PRIMARY KEY, n INT NOT NULL)",
 		"INSERT INTO counters VALUES (1, 0)",
@@ -57,7 +57,22 @@ func galeraNodes(t *testing.T) (node0, node1 *sql.DB) {
 			t.Fatal(err)
 		}
 	}
-	return node0, node1
+	// Node 1 applies what node 0 commits a moment later: wait for it
+	// before opening a pool on a database it may not have yet.
+	other := open(t, dsns[1])
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var n int
+	if _, err := conn.ExecContext(ctx, "SET SESSION wsrep_sync_wait = 15"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+name+"`.counters").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("node 1 has %d counters (%v), want 1", n, err)
+	}
+	return node0, open(t, withDB(dsns[1]))
 }
 
 // catchUp waits until node has applied everything committed anywhere in
