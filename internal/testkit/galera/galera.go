@@ -280,6 +280,15 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// WaitPrimary waits, for at most two minutes or until ctx ends, until every
+// running node is a synced member of a primary component of size nodes.
+// After Kill the survivors go on counting the dead node until they suspect
+// it, about 5 seconds (evs.suspect_timeout); wait for size-1 before
+// measuring anything that needs the smaller cluster.
+func (c *Cluster) WaitPrimary(ctx context.Context, size int) error {
+	return c.waitSynced(ctx, size, c.running()...)
+}
+
 // Status is what a node says about its membership.
 type Status struct {
 	ClusterSize  int    // wsrep_cluster_size

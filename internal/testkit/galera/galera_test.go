@@ -78,6 +78,11 @@ func TestN6_ClusterKillAndRestartNode(t *testing.T) {
 	if _, err := node0.ExecContext(ctx, "INSERT INTO n6.t VALUES (2)"); err != nil {
 		t.Fatalf("write with node 2 dead: %v", err)
 	}
+	began = time.Now()
+	if err := c.WaitPrimary(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("nodes 0 and 1 a primary component of 2 after %s", time.Since(began).Round(time.Millisecond))
 	if st, err := c.NodeStatus(ctx, 0); err != nil || st.ClusterSize != 2 || st.ClusterState != "Primary" {
 		t.Errorf("node 0 after the kill: %+v, %v; want a primary component of 2", st, err)
 	}
