@@ -14,8 +14,8 @@ import (
 // A test binary that crashes, or whose package has no TestMain calling Main,
 // leaves its server directory or, on a shared server, its databases behind.
 // Each test binary marks what it owns as in use while it runs, and removes
-// what earlier binaries abandoned when it starts; on a Galera node, which
-// refuses GET_LOCK, it does neither (see setup).
+// what earlier binaries abandoned when it starts; on a Galera node, where
+// GET_LOCK is node-local, it does neither (see setup).
 
 // tempDirPrefix starts the name of every server directory testdb creates.
 const tempDirPrefix = "orbit-testdb-"
@@ -68,7 +68,7 @@ func runLockName(runID string) string {
 }
 
 // wsrepOn reports whether the server is a Galera node that replicates
-// (wsrep_on), where GET_LOCK fails. MySQL has no such variable.
+// (wsrep_on), where GET_LOCK is node-local. MySQL has no such variable.
 func wsrepOn(ctx context.Context, admin *sql.DB) bool {
 	var on sql.NullInt64
 	err := admin.QueryRowContext(ctx, "SELECT @@wsrep_on").Scan(&on)
