@@ -102,7 +102,8 @@ type node struct {
 // the others join one after the other. It returns when every node is a
 // synced member of a primary component of that size, or fails with the
 // last lines of the log of the node at fault. On 2 cores, three nodes take
-// about 15 seconds. The caller must call Stop.
+// about 20 seconds when the machine is idle, up to a minute under load (each
+// joiner's rsync SST runs a slow shell script). The caller must call Stop.
 func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	n := opts.Nodes
 	if n == 0 {
