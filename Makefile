@@ -16,7 +16,7 @@ REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILDVCS  := $(if $(shell command -v git 2>/dev/null),,-buildvcs=false)
 LDFLAGS   := -X github.com/orbitrun/orbit/cmd/orbit/cli.version=$(VERSION) -X github.com/orbitrun/orbit/cmd/orbit/cli.revision=$(REVISION)
 
-.PHONY: build run test integration vet race bench fuzz chaos soak lint clean db-server browser nats-server
+.PHONY: build run test test-galera integration vet race bench fuzz chaos soak lint clean db-server galera browser nats-server
 
 build:
 	$(GO) build $(BUILDVCS) -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/orbit
@@ -57,6 +57,47 @@ run: db-server build
 # against a throwaway database server the harness starts itself.
 test: db-server browser vet
 	@set -e; for m in $(MODULES); do echo "== go test $$m"; (cd $$m && GOWORK=off $(GO) test $(TEST_FLAGS) ./...); done
+
+# galera makes sure a 3-node MariaDB Galera cluster can be started for
+# test-galera: the Galera 4 provider (galera-4) and rsync, which the nodes'
+# state transfers use. On Debian/Ubuntu as root it installs what is missing;
+# elsewhere it says what to install.
+GALERA_PROVIDER := $(firstword $(wildcard /usr/lib/galera/libgalera_smm.so /usr/lib/libgalera_smm.so /usr/lib64/galera-4/libgalera_smm.so /usr/lib64/galera/libgalera_smm.so))
+galera: db-server
+	@missing=""; [ -n "$(GALERA_PROVIDER)" ] || missing="galera-4"; \
+	command -v rsync >/dev/null 2>&1 || missing="$$missing rsync"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing$$missing (for the Galera cluster of make test-galera)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else \
+	    echo "missing$$missing: install it (Debian/Ubuntu: sudo apt-get install -y galera-4 rsync)"; exit 1; \
+	fi
+
+# test-galera (N-6) starts a 3-node MariaDB Galera cluster on loopback (own
+# data directories and ports, node 0 bootstrapping, nodes 1 and 2 joining by
+# rsync state transfer), runs the tests marked for Galera against node 0 only
+# (the documented deployment writes through one node), stops the cluster and
+# prints a summary: results, wall time, and each node's certification
+# failures and brute-force aborts. The tests get the cluster through
+# ORBIT_TEST_MYSQL_DSN (node 0) and ORBIT_TEST_GALERA (every node's DSN).
+# Marked for Galera: every test named after a T-, S-, E- or K- rule
+# (GALERA_RUN: Test<letter><number>_...) in GALERA_PKGS, the module packages
+# that hold them, and the N-7 tests (Galera's errors, the migration lease),
+# without -race (make test has it), minus GALERA_SKIP: five tests of volume
+# or input validation rather than concurrency. tests/sdk and tests/acceptance,
+# which drive the same modules through the SDK and a whole scenario, are left
+# out too: with them the run takes over 6 minutes on 2 cores, since every
+# test database costs some 25 DDL statements, which Galera runs on every node
+# one at a time. All of them passed on Galera; docs/reliability.md has the
+# findings. About 5 minutes on 2 cores. Widen the set with GALERA_PKGS=...
+# or GALERA_SKIP=.
+GALERA_RUN  := ^Test(T|S|E|K)[0-9]+_|^TestN7_
+GALERA_SKIP := ^(TestK7_BulkRetryOfTenThousandDeadLetters|TestE4_CapacityAcrossConnections|TestS4_CreateFields|TestS10_AtMost64SubscriptionsPerNamespace|TestS24_AttemptBudgetStartsAtMaxAttempts)$$
+GALERA_PKGS := ./modules/tasks ./modules/workers ./modules/subscriptions ./modules/events ./internal/wsx \
+	./tests/integration ./internal/db ./internal/migrate
+test-galera: galera
+	$(GO) run ./internal/testkit/galerarun -run '$(GALERA_RUN)' -skip '$(GALERA_SKIP)' $(GALERA_PKGS)
 
 # integration runs the tests that need a real database server, among them
 # tests/integration (orbit_test and orbit_receiver_test on one temporary

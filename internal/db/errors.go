@@ -16,6 +16,12 @@ const (
 	errDuplicateKey    = 1062 // ER_DUP_ENTRY
 	errLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
 	errDeadlock        = 1213 // ER_LOCK_DEADLOCK
+
+	// errNodeNotReady is ER_UNKNOWN_COM_ERROR, which a Galera node returns
+	// as "WSREP has not yet prepared node for application use" while it is
+	// not a synced member of a primary component (joining, or cut off from
+	// the majority). Orbit sends no unknown commands, its other meaning.
+	errNodeNotReady = 1047
 )
 
 // unavailableNumbers are the server and client error numbers that say the
@@ -23,7 +29,7 @@ const (
 // is wrong.
 var unavailableNumbers = map[uint16]bool{
 	1040: true, // ER_CON_COUNT_ERROR: too many connections
-	1047: true, // ER_UNKNOWN_COM_ERROR: a Galera node not ready ("WSREP has not yet prepared node")
+	1047: true, // ER_UNKNOWN_COM_ERROR: a Galera node not ready (WSREP has not yet prepared node for application use)
 	1053: true, // ER_SERVER_SHUTDOWN: server shutdown in progress
 	1152: true, // ER_ABORTING_CONNECTION
 	1158: true, // ER_NET_READ_ERROR
@@ -44,7 +50,11 @@ func IsDuplicateKey(err error) bool {
 }
 
 // IsDeadlock reports whether err, or an error it wraps, says the transaction
-// was chosen as a deadlock victim and rolled back (1213).
+// was chosen as a deadlock victim and rolled back (1213). On a Galera
+// cluster (MariaDB 10.11, galera-4 26.4) a transaction aborted by a
+// conflicting write from another node, whether by certification at COMMIT
+// or by the applier (brute-force abort), fails with the same 1213,
+// "Deadlock found when trying to get lock; try restarting transaction".
 func IsDeadlock(err error) bool {
 	return hasNumber(err, errDeadlock)
 }
@@ -54,6 +64,14 @@ func IsDeadlock(err error) bool {
 // the transaction.
 func IsLockTimeout(err error) bool {
 	return hasNumber(err, errLockWaitTimeout)
+}
+
+// IsNodeNotReady reports whether err, or an error it wraps, is a Galera
+// node's refusal to run statements while it is not a synced member of a
+// primary component (1047, "WSREP has not yet prepared node for application
+// use"). Nothing ran; the statement may succeed later or on another node.
+func IsNodeNotReady(err error) bool {
+	return hasNumber(err, errNodeNotReady)
 }
 
 // IsUnavailable reports whether err, or an error it wraps, says that the

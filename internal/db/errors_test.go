@@ -38,6 +38,7 @@ func TestC7_IsUnavailableTellsOutagesFromBugs(t *testing.T) {
 		{"ServerShutdown", &mysql.MySQLError{Number: 1053, Message: "Server shutdown in progress"}, true},
 		{"TooManyConnections", &mysql.MySQLError{Number: 1040, Message: "Too many connections"}, true},
 		{"ConnectionKilled", &mysql.MySQLError{Number: 1927, Message: "Connection was killed"}, true},
+		{"GaleraNodeNotReady", &mysql.MySQLError{Number: 1047, Message: "WSREP has not yet prepared node for application use"}, true},
 		{"ServerGone", &mysql.MySQLError{Number: 2006, Message: "MySQL server has gone away"}, true},
 		{"ServerLost", fmt.Errorf("tx: %w", &mysql.MySQLError{Number: 2013, Message: "Lost connection"}), true},
 		{"CannotConnect", &mysql.MySQLError{Number: 2003, Message: "Can't connect"}, true},

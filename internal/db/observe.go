@@ -12,8 +12,9 @@ const (
 	// TxRollback is an attempt rolled back for good: fn failed, the
 	// context ended, or the deadlock retries ran out.
 	TxRollback = "rollback"
-	// TxRetriedDeadlock is an attempt rolled back by a deadlock or a lock
-	// wait timeout and run again.
+	// TxRetriedDeadlock is an attempt rolled back by a deadlock (Galera
+	// certification conflicts included), a lock wait timeout or a Galera
+	// node not ready, and run again.
 	TxRetriedDeadlock = "retried_deadlock"
 	// TxCommitUnknown is an attempt whose COMMIT lost its connection
 	// (ErrCommitUnknown).

@@ -32,8 +32,9 @@ var ErrCommitUnknown = errors.New("db: commit outcome unknown")
 
 // Tx runs fn in a READ COMMITTED transaction and commits it.
 //
-// If fn or COMMIT fails with a deadlock (1213) or a lock wait timeout (1205),
-// Tx rolls back and runs fn again, up to five attempts in all, with a
+// If fn or COMMIT fails with a deadlock (1213, which is also how Galera
+// reports a certification conflict), a lock wait timeout (1205) or a Galera
+// node that is not ready (1047), Tx rolls back and runs fn again, up to five attempts in all, with a
 // jittered backoff of 5 ms doubling per attempt; fn must therefore have no
 // effects outside the transaction. If fn returns any other error, Tx rolls
 // back and returns that error as it is. If fn panics, Tx rolls back and the
@@ -58,7 +59,7 @@ func Tx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
 			observe(db, TxCommitUnknown)
 			return err
 		}
-		retryable := IsDeadlock(err) || IsLockTimeout(err)
+		retryable := IsDeadlock(err) || IsLockTimeout(err) || IsNodeNotReady(err)
 		if !retryable {
 			observe(db, TxRollback)
 			return err

@@ -210,6 +210,31 @@ func TestTx_GivesUpAfterFiveAttempts(t *testing.T) {
 	}
 }
 
+// TestN7_GaleraNodeNotReadyRetried: a Galera node that is not a synced
+// member of a primary component refuses statements with 1047; Tx runs fn
+// again, and the error counts as unavailability when retries run out.
+func TestN7_GaleraNodeNotReadyRetried(t *testing.T) {
+	t.Parallel()
+	pool, _ := setup(t)
+	notReady := &mysql.MySQLError{Number: 1047, Message: "WSREP has not yet prepared node for application use"}
+	attempts := 0
+	err := db.Tx(context.Background(), pool, func(tx *sql.Tx) error {
+		attempts++
+		if attempts == 1 {
+			return notReady
+		}
+		_, err := tx.Exec("UPDATE counters SET n = n + 1 WHERE id = 1")
+		return err
+	})
+	if err != nil || attempts != 2 || counter(t, pool, 1) != 1 {
+		t.Errorf("after %d attempts: %v, counter %d; want 2 attempts and one increment", attempts, err, counter(t, pool, 1))
+	}
+	err = db.Tx(context.Background(), pool, func(tx *sql.Tx) error { return notReady })
+	if !db.IsNodeNotReady(err) || !db.IsUnavailable(err) {
+		t.Errorf("after five refusals: %v; want a node-not-ready error that is unavailability", err)
+	}
+}
+
 func TestTx_StopsRetryingWhenContextEnds(t *testing.T) {
 	t.Parallel()
 	pool, _ := setup(t)

@@ -15,10 +15,7 @@ package migrate
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"database/sql/driver"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -27,10 +24,6 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 )
-
-// lockTimeoutSeconds is how long Up waits for another Up on the same
-// database to finish.
-const lockTimeoutSeconds = 60
 
 // States of a migration file, as Status reports them.
 const (
@@ -83,11 +76,11 @@ const createTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
 // the database is up to date). It first checks every applied migration
 // against set and stops on a changed, unknown or half-applied one.
 //
-// Up holds a named lock (GET_LOCK) on one connection while it works, so Ups
-// from several nodes on one database run one after the other; it waits up to
-// 60 seconds for the lock. The lock name includes the database name, so
-// databases on one server do not wait for each other. If the connection
-// dies, the server releases the lock.
+// Up holds a lease in the table schema_migrations_lock while it works, so
+// Ups from several nodes on one database, or on several nodes of a Galera
+// cluster, run one after the other; it waits up to 60 seconds for the
+// lease. The lease lasts 20 seconds and is renewed every 5 while Up runs; if
+// the process dies, the next Up takes it over once it has expired.
 //
 // A file whose first statement fails is unrecorded again, since nothing of it
 // ran. A file that fails later is left half-applied for a human to repair.
@@ -101,19 +94,14 @@ func Up(ctx context.Context, pool *sql.DB, set Set) (applied []string, err error
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	defer conn.Close()
-
-	lock, err := lockName(ctx, conn)
+	if err := needDatabase(ctx, conn); err != nil {
+		return nil, err
+	}
+	l, err := acquireLease(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
-	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", lock, lockTimeoutSeconds).Scan(&got); err != nil {
-		return nil, fmt.Errorf("migrate: take lock %s: %w", lock, err)
-	}
-	if got.Int64 != 1 {
-		return nil, fmt.Errorf("migrate: lock %s is held by another migration for more than %d seconds", lock, lockTimeoutSeconds)
-	}
-	defer releaseLock(ctx, conn, lock)
+	defer l.release(ctx)
 
 	if _, err := conn.ExecContext(ctx, createTable); err != nil {
 		return nil, fmt.Errorf("migrate: create schema_migrations: %w", err)
@@ -132,6 +120,9 @@ func Up(ctx context.Context, pool *sql.DB, set Set) (applied []string, err error
 	for _, f := range files {
 		if done[f.Version] {
 			continue
+		}
+		if err := l.check(); err != nil {
+			return applied, err
 		}
 		if err := apply(ctx, conn, f); err != nil {
 			return applied, err
@@ -335,50 +326,14 @@ func apply(ctx context.Context, conn *sql.Conn, f File) error {
 	return nil
 }
 
-// lockName returns the name of the migration lock for the connection's
-// database. Lock names are server-wide and at most 64 characters long, so a
-// long database name is replaced by its digest.
-func lockName(ctx context.Context, conn *sql.Conn) (string, error) {
+// needDatabase returns an error when the connection has no database.
+func needDatabase(ctx context.Context, conn *sql.Conn) error {
 	var database sql.NullString
 	if err := conn.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&database); err != nil {
-		return "", fmt.Errorf("migrate: %w", err)
+		return fmt.Errorf("migrate: %w", err)
 	}
 	if !database.Valid || database.String == "" {
-		return "", errors.New("migrate: the DSN names no database")
+		return errors.New("migrate: the DSN names no database")
 	}
-	name := "orbit_migrate:" + database.String
-	if len(name) > 64 {
-		sum := sha256.Sum256([]byte(database.String))
-		name = "orbit_migrate:" + hex.EncodeToString(sum[:20])
-	}
-	return name, nil
-}
-
-// migrating reports whether an Up holds the migration lock of the pool's
-// database, in which case a file in state 'applying' is being applied now
-// rather than left half-applied.
-func migrating(ctx context.Context, pool *sql.DB) bool {
-	conn, err := pool.Conn(ctx)
-	if err != nil {
-		return false
-	}
-	defer conn.Close()
-	lock, err := lockName(ctx, conn)
-	if err != nil {
-		return false
-	}
-	var holder sql.NullInt64
-	err = conn.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", lock).Scan(&holder)
-	return err == nil && holder.Valid
-}
-
-// releaseLock releases the migration lock, even when ctx has ended. If that
-// fails, the connection is closed rather than returned to the pool, which
-// releases the lock on the server.
-func releaseLock(ctx context.Context, conn *sql.Conn, lock string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if _, err := conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", lock); err != nil {
-		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-	}
+	return nil
 }

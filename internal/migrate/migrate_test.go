@@ -462,37 +462,73 @@ func TestCheck_ReportsBehind(t *testing.T) {
 }
 
 // TestCheck_MigrationInProgressIsBehind: while another node's Up holds the
-// lock, a file in state 'applying' is being applied, not half-applied.
+// migration lease, a file in state 'applying' is being applied, not
+// half-applied.
 func TestCheck_MigrationInProgressIsBehind(t *testing.T) {
 	t.Parallel()
-	pool, dsn := setup(t)
+	pool, _ := setup(t)
 	ctx := context.Background()
 	up(t, pool, files(fileA))
 	if _, err := pool.Exec(`INSERT INTO schema_migrations (version, name, sha256, state, started_at)
 		VALUES (2, ?, ?, 'applying', UTC_TIMESTAMP(6))`, fileB, digest(sqlB)); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pool.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "DO GET_LOCK(?, 0)", "orbit_migrate:"+cfg.DBName); err != nil {
+	if _, err := pool.Exec(`INSERT INTO schema_migrations_lock (id, owner, expires_at)
+		VALUES (1, 'another node', UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE)`); err != nil {
 		t.Fatal(err)
 	}
 
 	if err := migrate.Check(ctx, pool, set(files(fileA, fileB))); !errors.Is(err, migrate.ErrBehind) {
 		t.Errorf("Check during a migration = %v, want ErrBehind", err)
 	}
-	if _, err := conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", "orbit_migrate:"+cfg.DBName); err != nil {
+	if _, err := pool.Exec("DELETE FROM schema_migrations_lock"); err != nil {
 		t.Fatal(err)
 	}
 	if err := migrate.Check(ctx, pool, set(files(fileA, fileB))); !errors.Is(err, migrate.ErrHalfApplied) {
 		t.Errorf("Check after the migration ended = %v, want ErrHalfApplied", err)
+	}
+}
+
+// TestN7_MigrationLeaseReleased: Up takes the lease in a table, not with
+// GET_LOCK, and deletes it when it is done.
+func TestN7_MigrationLeaseReleased(t *testing.T) {
+	t.Parallel()
+	pool, _ := setup(t)
+	up(t, pool, files(fileA))
+	var n int
+	if err := pool.QueryRow("SELECT COUNT(*) FROM schema_migrations_lock").Scan(&n); err != nil || n != 0 {
+		t.Errorf("leases left after Up: %d, %v", n, err)
+	}
+}
+
+// TestN7_ExpiredMigrationLeaseIsTakenOver: the lease of an Up that died is
+// taken over once it has expired; an unexpired one is waited for.
+func TestN7_ExpiredMigrationLeaseIsTakenOver(t *testing.T) {
+	t.Parallel()
+	pool, _ := setup(t)
+	up(t, pool, files(fileA))
+	if _, err := pool.Exec(`INSERT INTO schema_migrations_lock (id, owner, expires_at)
+		VALUES (1, 'dead node', UTC_TIMESTAMP(6) - INTERVAL 1 SECOND)`); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if got := up(t, pool, files(fileA, fileB)); !slices.Equal(got, []string{fileB}) {
+		t.Errorf("Up over an expired lease applied %v", got)
+	}
+	if waited := time.Since(began); waited > 5*time.Second {
+		t.Errorf("Up over an expired lease took %s", waited)
+	}
+
+	if _, err := pool.Exec(`INSERT INTO schema_migrations_lock (id, owner, expires_at)
+		VALUES (1, 'live node', UTC_TIMESTAMP(6) + INTERVAL 1 SECOND)`); err != nil {
+		t.Fatal(err)
+	}
+	began = time.Now()
+	if got := up(t, pool, files(fileA, fileB, fileC)); !slices.Equal(got, []string{fileC}) {
+		t.Errorf("Up after a live lease applied %v", got)
+	}
+	if waited := time.Since(began); waited < 500*time.Millisecond {
+		t.Errorf("Up did not wait for a live lease: %s", waited)
 	}
 }
 

@@ -23,7 +23,7 @@ func isInitialised(dir string) bool {
 // The data directory is built in a temporary sibling and renamed into place,
 // so an interrupted initialisation never leaves a half-made directory behind
 // that a later Start would reuse.
-func ensureDataDir(ctx context.Context, bin string, fl flavor, dir string) error {
+func ensureDataDir(ctx context.Context, bin string, fl flavor, dir, user string) error {
 	if isInitialised(dir) {
 		return nil
 	}
@@ -53,8 +53,11 @@ func ensureDataDir(ctx context.Context, bin string, fl flavor, dir string) error
 		return fmt.Errorf("mysqld: data dir: %w", err)
 	}
 	defer os.RemoveAll(scratch)
+	if err := chownTo(user, tmp, scratch); err != nil {
+		return err
+	}
 
-	cmd, err := initCommand(ctx, bin, fl, tmp, scratch)
+	cmd, err := initCommand(ctx, bin, fl, tmp, scratch, user)
 	if err != nil {
 		return err
 	}
@@ -80,7 +83,7 @@ func ensureDataDir(ctx context.Context, bin string, fl flavor, dir string) error
 // MariaDB uses mariadb-install-db, which leaves root@localhost and
 // root@127.0.0.1 without a password; MySQL uses mysqld --initialize-insecure,
 // which creates root@localhost only (Start adds root@127.0.0.1).
-func initCommand(ctx context.Context, bin string, fl flavor, dir, tmpDir string) (*exec.Cmd, error) {
+func initCommand(ctx context.Context, bin string, fl flavor, dir, tmpDir, user string) (*exec.Cmd, error) {
 	var cmd *exec.Cmd
 	switch fl {
 	case flavorMariaDB:
@@ -97,8 +100,8 @@ func initCommand(ctx context.Context, bin string, fl flavor, dir, tmpDir string)
 			"--skip-test-db",
 			"--innodb-log-file-size=" + innodbLogFileSize,
 		}
-		if u := runAsUser(); u != "" {
-			args = append(args, "--user="+u)
+		if user != "" {
+			args = append(args, "--user="+user)
 		}
 		cmd = exec.CommandContext(ctx, script, args...)
 	default:
@@ -111,8 +114,8 @@ func initCommand(ctx context.Context, bin string, fl flavor, dir, tmpDir string)
 			"--secure-file-priv=NULL",
 			"--mysqlx=OFF",
 		}
-		if u := runAsUser(); u != "" {
-			args = append(args, "--user="+u)
+		if user != "" {
+			args = append(args, "--user="+user)
 		}
 		cmd = exec.CommandContext(ctx, bin, args...)
 	}

@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -68,6 +69,24 @@ type Options struct {
 	// LogFile receives the server's error log. Empty means mysqld.log in
 	// DataDir.
 	LogFile string
+
+	// Args are more server options, appended to the ones Start sets (a
+	// later option overrides an earlier one). The Galera cluster of
+	// internal/testkit/galera passes its wsrep options here.
+	Args []string
+
+	// NoInit leaves an empty or missing DataDir uninitialised: the server
+	// receives its data by a state transfer, as a node joining a Galera
+	// cluster does. Start creates the directory.
+	NoInit bool
+
+	// User is the system user the server runs as when this process runs
+	// as root; empty means root. Start gives it the data directory, the
+	// temporary and socket directories and the log file; the directory
+	// holding DataDir must let it in. Ignored when not running as root.
+	// Galera nodes need a user other than root: the rsync daemon of a state
+	// transfer started by root switches to nobody.
+	User string
 }
 
 // Server is a running server process started by Start. Its methods are safe
@@ -81,6 +100,8 @@ type Server struct {
 	sockDir string // temporary directory holding the socket; empty when it is in dataDir
 	durable bool
 	port    int
+	extra   []string // Options.Args
+	user    string   // --user value; empty when not running as root
 
 	mu   sync.Mutex // serialises Stop, Kill and Restart
 	proc *process   // nil while the server is not running
@@ -127,7 +148,15 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mysqld: data dir: %w", err)
 	}
-	if err := ensureDataDir(ctx, bin, fl, dataDir); err != nil {
+	runAs := runAsUser(opts.User)
+	if opts.NoInit {
+		if err := os.MkdirAll(dataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("mysqld: data dir: %w", err)
+		}
+		if err := chownTo(runAs, dataDir); err != nil {
+			return nil, err
+		}
+	} else if err := ensureDataDir(ctx, bin, fl, dataDir, runAs); err != nil {
 		return nil, err
 	}
 
@@ -138,6 +167,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		logFile: opts.LogFile,
 		durable: opts.Durable,
 		port:    opts.Port,
+		extra:   append([]string(nil), opts.Args...),
+		user:    runAs,
 	}
 	if s.logFile == "" {
 		s.logFile = filepath.Join(dataDir, "mysqld.log")
@@ -257,6 +288,10 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("mysqld: log file: %w", err)
 	}
+	if err := chownTo(s.user, filepath.Dir(s.socket), s.tmpDir(), s.logFile); err != nil {
+		logf.Close()
+		return err
+	}
 	offset, err := logf.Seek(0, io.SeekEnd)
 	if err != nil {
 		logf.Close()
@@ -312,8 +347,8 @@ func (s *Server) args() []string {
 		"--collation-server=utf8mb4_unicode_ci",
 		"--transaction-isolation=READ-COMMITTED",
 	}
-	if u := runAsUser(); u != "" {
-		args = append(args, "--user="+u)
+	if s.user != "" {
+		args = append(args, "--user="+s.user)
 	}
 	switch s.flavor {
 	case flavorMariaDB:
@@ -330,7 +365,7 @@ func (s *Server) args() []string {
 	} else {
 		args = append(args, "--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0")
 	}
-	return args
+	return append(args, s.extra...)
 }
 
 // waitReady waits until the server answers on its unix socket, lets root
@@ -368,7 +403,7 @@ func (s *Server) waitReady(ctx context.Context, p *process) error {
 		"CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'",
 		"GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION",
 	} {
-		if _, err := sock.ExecContext(ctx, q); err != nil {
+		if err := execWhenReady(ctx, sock, p, q); err != nil {
 			return fmt.Errorf("mysqld: allow root over TCP: %w", err)
 		}
 	}
@@ -379,6 +414,26 @@ func (s *Server) waitReady(ctx context.Context, p *process) error {
 		return fmt.Errorf("mysqld: ping over TCP: %w", err)
 	}
 	return nil
+}
+
+// execWhenReady runs q, retrying while the server refuses statements with
+// 1047 (ER_UNKNOWN_COM_ERROR): a Galera node answers so until it has caught
+// up with its cluster.
+func execWhenReady(ctx context.Context, db *sql.DB, p *process, q string) error {
+	for {
+		_, err := db.ExecContext(ctx, q)
+		var me *mysql.MySQLError
+		if err == nil || !errors.As(err, &me) || me.Number != 1047 {
+			return err
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("server exited while starting: %v", p.err)
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // quietDB returns a pool for root without a password that does not log
@@ -469,13 +524,36 @@ func (s *Server) removeSocketDir() {
 	}
 }
 
-// runAsUser returns the --user value: the server refuses to run as root
-// unless told to. Other users need no option.
-func runAsUser() string {
-	if os.Geteuid() == 0 {
+// runAsUser returns the --user value: as root, user or else root, since the
+// server refuses to run as root unless told to. Other users need no option.
+func runAsUser(user string) string {
+	if os.Geteuid() != 0 {
+		return ""
+	}
+	if user == "" {
 		return "root"
 	}
-	return ""
+	return user
+}
+
+// chownTo gives paths to the system user name, unless name is empty or
+// root.
+func chownTo(name string, paths ...string) error {
+	if name == "" || name == "root" {
+		return nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return fmt.Errorf("mysqld: user %s: %w", name, err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	for _, p := range paths {
+		if err := os.Chown(p, uid, gid); err != nil {
+			return fmt.Errorf("mysqld: give %s to %s: %w", p, name, err)
+		}
+	}
+	return nil
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.

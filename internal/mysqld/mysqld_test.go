@@ -61,7 +61,7 @@ func initialisedDataDir(t *testing.T) string {
 			return
 		}
 		pristineDir = filepath.Join(pristineDir, "data")
-		pristineErr = ensureDataDir(context.Background(), bin, fl, pristineDir)
+		pristineErr = ensureDataDir(context.Background(), bin, fl, pristineDir, runAsUser(""))
 	})
 	if pristineErr != nil {
 		t.Fatal(pristineErr)

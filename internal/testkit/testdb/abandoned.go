@@ -2,6 +2,7 @@ package testdb
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,7 +14,8 @@ import (
 // A test binary that crashes, or whose package has no TestMain calling Main,
 // leaves its server directory or, on a shared server, its databases behind.
 // Each test binary marks what it owns as in use while it runs, and removes
-// what earlier binaries abandoned when it starts.
+// what earlier binaries abandoned when it starts; on a Galera node, where
+// GET_LOCK is node-local, it does neither (see setup).
 
 // tempDirPrefix starts the name of every server directory testdb creates.
 const tempDirPrefix = "orbit-testdb-"
@@ -63,6 +65,14 @@ func removeAbandonedDirs() {
 // shared server (GET_LOCK names are at most 64 characters).
 func runLockName(runID string) string {
 	return "orbit_testdb_" + runID
+}
+
+// wsrepOn reports whether the server is a Galera node that replicates
+// (wsrep_on), where GET_LOCK is node-local. MySQL has no such variable.
+func wsrepOn(ctx context.Context, admin *sql.DB) bool {
+	var on sql.NullInt64
+	err := admin.QueryRowContext(ctx, "SELECT @@wsrep_on").Scan(&on)
+	return err == nil && on.Int64 == 1
 }
 
 // claimRun takes the run lock on a connection kept open until teardown.
