@@ -275,9 +275,9 @@ func (c *EventConn) Welcome() Welcome { return c.welcome }
 func (c *EventConn) read() {
 	var err error
 	for err == nil {
-		var f frame
-		if f, err = readFrame(c.ws, c.trace); err == nil {
-			err = c.dispatch(f)
+		var b []byte
+		if b, err = readMessage(c.ws, c.trace); err == nil {
+			err = c.handleMessage(b)
 		}
 	}
 	_ = c.ws.Close()
@@ -295,6 +295,16 @@ func (c *EventConn) read() {
 	close(c.arrived)
 	close(c.done)
 	c.mu.Unlock()
+}
+
+// handleMessage decodes one server message and routes it. It returns an
+// error when the connection must end.
+func (c *EventConn) handleMessage(b []byte) error {
+	f, err := parseFrame(b)
+	if err != nil {
+		return err
+	}
+	return c.dispatch(f)
 }
 
 // dispatch routes one server frame. It returns an error when the
@@ -325,27 +335,46 @@ func (c *EventConn) dispatch(f frame) error {
 		c.mu.Unlock()
 		return e
 	case frameEventDeliver:
-		var b deliverBody
-		var ev ResultEvent
-		err := json.Unmarshal(f.Body, &b)
-		if err == nil {
-			err = json.Unmarshal(b.Event, &ev)
-		}
+		d, err := decodeDeliver(f.Body)
 		if err != nil {
-			return fmt.Errorf("orbit events: invalid %s: %w", frameEventDeliver, err)
+			return err
 		}
-		if b.Delivery.ID == "" || b.LeaseSecret == "" {
-			return fmt.Errorf("orbit events: %s lacks delivery.id or lease_secret", frameEventDeliver)
-		}
-		d := &Delivery{EventDelivery: b.Delivery, Event: ev, EventJSON: b.Event,
-			Proof: AckProof{DeliveryID: b.Delivery.ID, Epoch: b.Delivery.LeaseEpoch, LeaseSecret: b.LeaseSecret}, trace: b.Trace}
-		c.mu.Lock()
-		c.queue = append(c.queue, d)
-		close(c.arrived)
-		c.arrived = make(chan struct{})
-		c.mu.Unlock()
+		c.enqueue(d)
 	}
 	return nil // other frame types are for later protocol versions
+}
+
+// decodeDeliver decodes the body of an event.deliver.
+func decodeDeliver(body json.RawMessage) (*Delivery, error) {
+	var b deliverBody
+	var ev ResultEvent
+	err := json.Unmarshal(body, &b)
+	if err == nil {
+		err = json.Unmarshal(b.Event, &ev)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("orbit events: invalid %s: %w", frameEventDeliver, err)
+	}
+	return newDelivery(b, ev)
+}
+
+// newDelivery returns the delivery of a decoded event.deliver body whose
+// event is ev.
+func newDelivery(b deliverBody, ev ResultEvent) (*Delivery, error) {
+	if b.Delivery.ID == "" || b.LeaseSecret == "" {
+		return nil, fmt.Errorf("orbit events: %s lacks delivery.id or lease_secret", frameEventDeliver)
+	}
+	return &Delivery{EventDelivery: b.Delivery, Event: ev, EventJSON: b.Event,
+		Proof: AckProof{DeliveryID: b.Delivery.ID, Epoch: b.Delivery.LeaseEpoch, LeaseSecret: b.LeaseSecret}, trace: b.Trace}, nil
+}
+
+// enqueue queues a delivery for Next.
+func (c *EventConn) enqueue(d *Delivery) {
+	c.mu.Lock()
+	c.queue = append(c.queue, d)
+	close(c.arrived)
+	c.arrived = make(chan struct{})
+	c.mu.Unlock()
 }
 
 // closesConnection reports whether the server closes the connection after
