@@ -187,12 +187,12 @@ type EventConn struct {
 	writeMu sync.Mutex
 
 	mu      sync.Mutex
-	pending map[string]chan frame // replies awaited, by request message id
-	queue   []*Delivery           // received and not yet taken by Next
-	arrived chan struct{}         // closed and replaced when queue grows
-	cause   error                 // an error frame that ends the connection
-	err     error                 // why the reader stopped; set before done closes
-	done    chan struct{}         // closed when the reader stops
+	pending map[string]*pendingReply // replies awaited, by request message id
+	queue   []*Delivery              // received and not yet taken by Next
+	arrived chan struct{}            // closed and replaced when queue grows
+	cause   error                    // an error frame that ends the connection
+	err     error                    // why the reader stopped; set before done closes
+	done    chan struct{}            // closed when the reader stops
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed by Close
@@ -259,7 +259,7 @@ func dialEvents(ctx context.Context, cfg EventConnConfig) (*EventConn, time.Dura
 			HeartbeatInterval: time.Duration(w.HeartbeatIntervalMS) * time.Millisecond,
 			ServerTime:        w.ServerTime, Enabled: w.Enabled,
 		},
-		pending: make(map[string]chan frame),
+		pending: make(map[string]*pendingReply),
 		arrived: make(chan struct{}),
 		done:    make(chan struct{}),
 		closing: make(chan struct{}),
@@ -300,6 +300,13 @@ func (c *EventConn) read() {
 // handleMessage decodes one server message and routes it. It returns an
 // error when the connection must end.
 func (c *EventConn) handleMessage(b []byte) error {
+	if d, f, ok := decodeEventsOnce(b, c.awaitsAck); ok {
+		if d != nil {
+			c.enqueue(d)
+			return nil
+		}
+		return c.dispatch(f)
+	}
 	f, err := parseFrame(b)
 	if err != nil {
 		return err
@@ -307,19 +314,28 @@ func (c *EventConn) handleMessage(b []byte) error {
 	return c.dispatch(f)
 }
 
+// awaitsAck reports whether the request with message id is an event.ack
+// that waits for its answer.
+func (c *EventConn) awaitsAck(id string) bool {
+	c.mu.Lock()
+	r := c.pending[id]
+	c.mu.Unlock()
+	return r != nil && r.typ == frameEventAck
+}
+
 // dispatch routes one server frame. It returns an error when the
 // connection must end.
 func (c *EventConn) dispatch(f frame) error {
 	if f.ReplyTo != "" {
 		c.mu.Lock()
-		ch := c.pending[f.ReplyTo]
+		r := c.pending[f.ReplyTo]
 		delete(c.pending, f.ReplyTo)
 		if f.Type == frameTypeError && closesConnection(f.apiError().Code) && c.cause == nil {
 			c.cause = f.apiError()
 		}
 		c.mu.Unlock()
-		if ch != nil {
-			ch <- f // buffered: one reply per request
+		if r != nil {
+			r.ch <- f // buffered: one reply per request
 		}
 		return nil // a late reply to a request that gave up is dropped
 	}
@@ -431,11 +447,7 @@ func (c *EventConn) Ack(ctx context.Context, proof AckProof) (*AckResult, error)
 	if err != nil {
 		return nil, err
 	}
-	var res AckResult
-	if err := json.Unmarshal(f.Body, &res); err != nil {
-		return nil, fmt.Errorf("orbit events: invalid ack: %w", err)
-	}
-	return &res, nil
+	return decodeAck(f)
 }
 
 // Ping sends events.ping and returns the server's answer. The server also
@@ -478,7 +490,7 @@ func (c *EventConn) send(typ string, body any, deadline time.Time) (*pendingRepl
 		c.mu.Unlock()
 		return nil, err
 	}
-	c.pending[r.id] = r.ch
+	c.pending[r.id] = r
 	c.mu.Unlock()
 	if err := c.write(f, deadline); err != nil {
 		r.forget()

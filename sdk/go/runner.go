@@ -598,8 +598,12 @@ func (r *runner) assign(f frame) {
 	r.startQueued()
 }
 
-// assignOf decodes the body of a task.assign frame.
+// assignOf decodes the body of a task.assign frame, unless the reader
+// decoded it already.
 func assignOf(f frame) (assignBody, error) {
+	if f.assign != nil {
+		return *f.assign, nil
+	}
 	var a assignBody
 	err := json.Unmarshal(f.Body, &a)
 	return a, err

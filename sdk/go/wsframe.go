@@ -64,6 +64,11 @@ type frame struct {
 	ReplyTo         string          `json:"reply_to,omitempty"`
 	Body            json.RawMessage `json:"body,omitempty"`
 	Error           *frameErr       `json:"error,omitempty"`
+
+	// assign and ack are the decoded body of a task.assign or of the ack
+	// to an event.ack that was decoded with its envelope, or nil.
+	assign *assignBody
+	ack    *AckResult
 }
 
 type frameErr struct {
@@ -234,8 +239,12 @@ func readWorkerFrame(ws *websocket.Conn) (frame, error) {
 	return parseWorkerFrame(b)
 }
 
-// parseWorkerFrame decodes the envelope of message b.
+// parseWorkerFrame decodes the envelope of message b, and the body too
+// when b is a task.assign (see decodeAssignOnce).
 func parseWorkerFrame(b []byte) (frame, error) {
+	if f, ok := decodeAssignOnce(b); ok {
+		return f, nil
+	}
 	return parseFrame(b)
 }
 
