@@ -683,8 +683,12 @@ func (r *consumerRun) acked(a ackOutcome) error {
 	return nil
 }
 
-// decodeAck decodes the ack that answers an event.ack.
+// decodeAck decodes the ack that answers an event.ack, unless the reader
+// decoded it already.
 func decodeAck(f frame) (*AckResult, error) {
+	if f.ack != nil {
+		return f.ack, nil
+	}
 	var res AckResult
 	if err := json.Unmarshal(f.Body, &res); err != nil {
 		return nil, fmt.Errorf("orbit events: invalid ack: %w", err)

@@ -187,12 +187,12 @@ type EventConn struct {
 	writeMu sync.Mutex
 
 	mu      sync.Mutex
-	pending map[string]chan frame // replies awaited, by request message id
-	queue   []*Delivery           // received and not yet taken by Next
-	arrived chan struct{}         // closed and replaced when queue grows
-	cause   error                 // an error frame that ends the connection
-	err     error                 // why the reader stopped; set before done closes
-	done    chan struct{}         // closed when the reader stops
+	pending map[string]*pendingReply // replies awaited, by request message id
+	queue   []*Delivery              // received and not yet taken by Next
+	arrived chan struct{}            // closed and replaced when queue grows
+	cause   error                    // an error frame that ends the connection
+	err     error                    // why the reader stopped; set before done closes
+	done    chan struct{}            // closed when the reader stops
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed by Close
@@ -259,7 +259,7 @@ func dialEvents(ctx context.Context, cfg EventConnConfig) (*EventConn, time.Dura
 			HeartbeatInterval: time.Duration(w.HeartbeatIntervalMS) * time.Millisecond,
 			ServerTime:        w.ServerTime, Enabled: w.Enabled,
 		},
-		pending: make(map[string]chan frame),
+		pending: make(map[string]*pendingReply),
 		arrived: make(chan struct{}),
 		done:    make(chan struct{}),
 		closing: make(chan struct{}),
@@ -275,9 +275,9 @@ func (c *EventConn) Welcome() Welcome { return c.welcome }
 func (c *EventConn) read() {
 	var err error
 	for err == nil {
-		var f frame
-		if f, err = readFrame(c.ws, c.trace); err == nil {
-			err = c.dispatch(f)
+		var b []byte
+		if b, err = readMessage(c.ws, c.trace); err == nil {
+			err = c.handleMessage(b)
 		}
 	}
 	_ = c.ws.Close()
@@ -297,19 +297,45 @@ func (c *EventConn) read() {
 	c.mu.Unlock()
 }
 
+// handleMessage decodes one server message and routes it. It returns an
+// error when the connection must end.
+func (c *EventConn) handleMessage(b []byte) error {
+	if d, f, ok := decodeEventsOnce(b, c.awaitsAck); ok {
+		if d != nil {
+			c.enqueue(d)
+			return nil
+		}
+		return c.dispatch(f)
+	}
+	f, err := parseFrame(b)
+	if err != nil {
+		return err
+	}
+	return c.dispatch(f)
+}
+
+// awaitsAck reports whether the request with message id is an event.ack
+// that waits for its answer.
+func (c *EventConn) awaitsAck(id string) bool {
+	c.mu.Lock()
+	r := c.pending[id]
+	c.mu.Unlock()
+	return r != nil && r.typ == frameEventAck
+}
+
 // dispatch routes one server frame. It returns an error when the
 // connection must end.
 func (c *EventConn) dispatch(f frame) error {
 	if f.ReplyTo != "" {
 		c.mu.Lock()
-		ch := c.pending[f.ReplyTo]
+		r := c.pending[f.ReplyTo]
 		delete(c.pending, f.ReplyTo)
 		if f.Type == frameTypeError && closesConnection(f.apiError().Code) && c.cause == nil {
 			c.cause = f.apiError()
 		}
 		c.mu.Unlock()
-		if ch != nil {
-			ch <- f // buffered: one reply per request
+		if r != nil {
+			r.ch <- f // buffered: one reply per request
 		}
 		return nil // a late reply to a request that gave up is dropped
 	}
@@ -325,27 +351,46 @@ func (c *EventConn) dispatch(f frame) error {
 		c.mu.Unlock()
 		return e
 	case frameEventDeliver:
-		var b deliverBody
-		var ev ResultEvent
-		err := json.Unmarshal(f.Body, &b)
-		if err == nil {
-			err = json.Unmarshal(b.Event, &ev)
-		}
+		d, err := decodeDeliver(f.Body)
 		if err != nil {
-			return fmt.Errorf("orbit events: invalid %s: %w", frameEventDeliver, err)
+			return err
 		}
-		if b.Delivery.ID == "" || b.LeaseSecret == "" {
-			return fmt.Errorf("orbit events: %s lacks delivery.id or lease_secret", frameEventDeliver)
-		}
-		d := &Delivery{EventDelivery: b.Delivery, Event: ev, EventJSON: b.Event,
-			Proof: AckProof{DeliveryID: b.Delivery.ID, Epoch: b.Delivery.LeaseEpoch, LeaseSecret: b.LeaseSecret}, trace: b.Trace}
-		c.mu.Lock()
-		c.queue = append(c.queue, d)
-		close(c.arrived)
-		c.arrived = make(chan struct{})
-		c.mu.Unlock()
+		c.enqueue(d)
 	}
 	return nil // other frame types are for later protocol versions
+}
+
+// decodeDeliver decodes the body of an event.deliver.
+func decodeDeliver(body json.RawMessage) (*Delivery, error) {
+	var b deliverBody
+	var ev ResultEvent
+	err := json.Unmarshal(body, &b)
+	if err == nil {
+		err = json.Unmarshal(b.Event, &ev)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("orbit events: invalid %s: %w", frameEventDeliver, err)
+	}
+	return newDelivery(b, ev)
+}
+
+// newDelivery returns the delivery of a decoded event.deliver body whose
+// event is ev.
+func newDelivery(b deliverBody, ev ResultEvent) (*Delivery, error) {
+	if b.Delivery.ID == "" || b.LeaseSecret == "" {
+		return nil, fmt.Errorf("orbit events: %s lacks delivery.id or lease_secret", frameEventDeliver)
+	}
+	return &Delivery{EventDelivery: b.Delivery, Event: ev, EventJSON: b.Event,
+		Proof: AckProof{DeliveryID: b.Delivery.ID, Epoch: b.Delivery.LeaseEpoch, LeaseSecret: b.LeaseSecret}, trace: b.Trace}, nil
+}
+
+// enqueue queues a delivery for Next.
+func (c *EventConn) enqueue(d *Delivery) {
+	c.mu.Lock()
+	c.queue = append(c.queue, d)
+	close(c.arrived)
+	c.arrived = make(chan struct{})
+	c.mu.Unlock()
 }
 
 // closesConnection reports whether the server closes the connection after
@@ -402,11 +447,7 @@ func (c *EventConn) Ack(ctx context.Context, proof AckProof) (*AckResult, error)
 	if err != nil {
 		return nil, err
 	}
-	var res AckResult
-	if err := json.Unmarshal(f.Body, &res); err != nil {
-		return nil, fmt.Errorf("orbit events: invalid ack: %w", err)
-	}
-	return &res, nil
+	return decodeAck(f)
 }
 
 // Ping sends events.ping and returns the server's answer. The server also
@@ -449,7 +490,7 @@ func (c *EventConn) send(typ string, body any, deadline time.Time) (*pendingRepl
 		c.mu.Unlock()
 		return nil, err
 	}
-	c.pending[r.id] = r.ch
+	c.pending[r.id] = r
 	c.mu.Unlock()
 	if err := c.write(f, deadline); err != nil {
 		r.forget()

@@ -570,8 +570,8 @@ func (r *runner) handleFrame(f frame) error {
 
 // assign queues an assigned task and starts it if there is capacity.
 func (r *runner) assign(f frame) {
-	var a assignBody
-	if err := json.Unmarshal(f.Body, &a); err != nil || a.AttemptID == "" || a.Task.ID == "" {
+	a, err := assignOf(f)
+	if err != nil || a.AttemptID == "" || a.Task.ID == "" {
 		r.log.Error("orbit worker: ignoring an invalid task.assign", slog.String("error", errString(err)))
 		return
 	}
@@ -596,6 +596,17 @@ func (r *runner) assign(f frame) {
 	}
 	r.queued = append(r.queued, j)
 	r.startQueued()
+}
+
+// assignOf decodes the body of a task.assign frame, unless the reader
+// decoded it already.
+func assignOf(f frame) (assignBody, error) {
+	if f.assign != nil {
+		return *f.assign, nil
+	}
+	var a assignBody
+	err := json.Unmarshal(f.Body, &a)
+	return a, err
 }
 
 // known reports whether the attempt is running, queued or being reported.

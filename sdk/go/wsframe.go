@@ -64,6 +64,11 @@ type frame struct {
 	ReplyTo         string          `json:"reply_to,omitempty"`
 	Body            json.RawMessage `json:"body,omitempty"`
 	Error           *frameErr       `json:"error,omitempty"`
+
+	// assign and ack are the decoded body of a task.assign or of the ack
+	// to an event.ack that was decoded with its envelope, or nil.
+	assign *assignBody
+	ack    *AckResult
 }
 
 type frameErr struct {
@@ -210,7 +215,7 @@ func (s *session) read() {
 	defer close(s.frames)
 	for {
 		_ = s.ws.SetReadDeadline(time.Now().Add(s.readTimeout))
-		f, err := readFrame(s.ws, nil)
+		f, err := readWorkerFrame(s.ws)
 		if err != nil {
 			s.err = err
 			return
@@ -222,6 +227,25 @@ func (s *session) read() {
 			return
 		}
 	}
+}
+
+// readWorkerFrame reads one message of the workers protocol and decodes
+// its envelope.
+func readWorkerFrame(ws *websocket.Conn) (frame, error) {
+	b, err := readMessage(ws, nil)
+	if err != nil {
+		return frame{}, err
+	}
+	return parseWorkerFrame(b)
+}
+
+// parseWorkerFrame decodes the envelope of message b, and the body too
+// when b is a task.assign (see decodeAssignOnce).
+func parseWorkerFrame(b []byte) (frame, error) {
+	if f, ok := decodeAssignOnce(b); ok {
+		return f, nil
+	}
+	return parseFrame(b)
 }
 
 // write sends f with a bounded deadline.
@@ -302,16 +326,31 @@ func writeFrameBy(ws *websocket.Conn, f frame, deadline time.Time, trace traceFu
 
 // readFrame reads one message and decodes its envelope.
 func readFrame(ws *websocket.Conn, trace traceFunc) (frame, error) {
-	typ, b, err := ws.ReadMessage()
+	b, err := readMessage(ws, trace)
 	if err != nil {
 		return frame{}, err
+	}
+	return parseFrame(b)
+}
+
+// readMessage reads one text message, after passing it to trace.
+func readMessage(ws *websocket.Conn, trace traceFunc) ([]byte, error) {
+	typ, b, err := ws.ReadMessage()
+	if err != nil {
+		return nil, err
 	}
 	if trace != nil && typ == websocket.TextMessage {
 		trace(FrameReceived, b)
 	}
 	if typ != websocket.TextMessage {
-		return frame{}, errors.New("server sent a binary frame")
+		return nil, errors.New("server sent a binary frame")
 	}
+	return b, nil
+}
+
+// parseFrame decodes the envelope of message b and checks its protocol
+// version; the body stays undecoded.
+func parseFrame(b []byte) (frame, error) {
 	var f frame
 	if err := json.Unmarshal(b, &f); err != nil {
 		return frame{}, fmt.Errorf("server sent an invalid frame: %w", err)
