@@ -44,6 +44,9 @@ type drainResult struct {
 	Profile      string // path of the CPU profile
 	ProfileTop   string // `go tool pprof -top` of it
 	DBSamples    string // statements found running and waiting in the database
+	// TableStats is the row work of each table and index of the Orbit
+	// database over the drain (MariaDB's user statistics), when available.
+	TableStats string
 	// PerSecond is the number of acknowledgements confirmed in each second
 	// of the drain.
 	PerSecond []int
@@ -161,6 +164,7 @@ func runDrain(ctx context.Context, e *env, name string, n int, prefilled, timeou
 	}
 	defer f.Close()
 	runtime.GC()
+	userStats := e.startUserStats(ctx)
 	before, err := e.snapshot(ctx)
 	if err != nil {
 		return nil, err
@@ -220,6 +224,9 @@ func runDrain(ctx context.Context, e *env, name string, n int, prefilled, timeou
 	after, err := e.snapshot(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if userStats {
+		res.TableStats = e.userStats(ctx, n)
 	}
 	<-sampleDone
 	res.PerSecond = samples
@@ -300,4 +307,53 @@ func runTracedDrain(ctx context.Context, e *env, n int, prefilled time.Duration)
 	res.Traced = true
 	res.Exports, res.ExportBytes = sink.requests.Load(), sink.bytes.Load()
 	return res, nil
+}
+
+// startUserStats turns MariaDB's user statistics on and clears them, and
+// reports whether it could (MySQL has none).
+func (e *env) startUserStats(ctx context.Context) bool {
+	for _, q := range []string{`SET GLOBAL userstat = 1`, `FLUSH TABLE_STATISTICS`, `FLUSH INDEX_STATISTICS`} {
+		if _, err := e.admin.ExecContext(ctx, q); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// userStats returns the rows read and changed in each table of the Orbit
+// database, and the rows read through each of its indexes, per item, since
+// startUserStats. ROWS_CHANGED_X_INDEXES counts every index of a changed
+// table, changed or not.
+func (e *env) userStats(ctx context.Context, items int) string {
+	var b strings.Builder
+	rows, err := e.admin.QueryContext(ctx, `SELECT TABLE_NAME, ROWS_READ, ROWS_CHANGED, ROWS_CHANGED_X_INDEXES
+		FROM information_schema.TABLE_STATISTICS WHERE TABLE_SCHEMA = ? ORDER BY ROWS_READ DESC`, orbitDatabase)
+	if err != nil {
+		return fmt.Sprintf("(table statistics: %v)", err)
+	}
+	for rows.Next() {
+		var name string
+		var read, changed, changedX int64
+		if err := rows.Scan(&name, &read, &changed, &changedX); err != nil {
+			break
+		}
+		fmt.Fprintf(&b, "table %-28s read %8.2f  changed %6.2f  changed×indexes %6.2f per item\n", name,
+			float64(read)/float64(items), float64(changed)/float64(items), float64(changedX)/float64(items))
+	}
+	rows.Close()
+	rows, err = e.admin.QueryContext(ctx, `SELECT TABLE_NAME, INDEX_NAME, ROWS_READ
+		FROM information_schema.INDEX_STATISTICS WHERE TABLE_SCHEMA = ? ORDER BY ROWS_READ DESC`, orbitDatabase)
+	if err != nil {
+		return b.String() + fmt.Sprintf("(index statistics: %v)", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var table, index string
+		var read int64
+		if err := rows.Scan(&table, &index, &read); err != nil {
+			break
+		}
+		fmt.Fprintf(&b, "index %-22s %-34s read %8.2f per item\n", table, index, float64(read)/float64(items))
+	}
+	return strings.TrimRight(b.String(), "\n")
 }

@@ -303,12 +303,28 @@ type counters struct {
 	selfCPU       time.Duration
 	mysqldCPU     time.Duration
 	machineCPU    time.Duration // busy time of every core, every process
+	// rowWork holds the status counters of rowWorkVars: row and index
+	// work that does not depend on the machine's speed.
+	rowWork map[string]int64
+}
+
+// rowWorkVars are the global status counters a snapshot keeps in
+// counters.rowWork: statements by kind, handler calls (each index lookup,
+// row read, row written), InnoDB rows and the redo log's bytes. They count
+// work, not time, so they compare runs on a busy machine.
+var rowWorkVars = []string{
+	"Com_select", "Com_insert", "Com_update", "Com_delete",
+	"Handler_write", "Handler_update", "Handler_delete",
+	"Handler_read_key", "Handler_read_next", "Handler_read_rnd_next",
+	"Innodb_rows_inserted", "Innodb_rows_updated", "Innodb_rows_deleted", "Innodb_rows_read",
+	"Innodb_os_log_written", "Innodb_buffer_pool_write_requests",
 }
 
 func (e *env) snapshot(ctx context.Context) (counters, error) {
-	c := counters{at: time.Now()}
+	c := counters{at: time.Now(), rowWork: map[string]int64{}}
 	rows, err := e.admin.QueryContext(ctx, `SHOW GLOBAL STATUS WHERE Variable_name IN
-		('Com_commit', 'Handler_commit', 'Innodb_os_log_fsyncs', 'Innodb_data_fsyncs', 'Innodb_row_lock_waits', 'Innodb_row_lock_time', 'Questions')`)
+		('Com_commit', 'Handler_commit', 'Innodb_os_log_fsyncs', 'Innodb_data_fsyncs', 'Innodb_row_lock_waits', 'Innodb_row_lock_time', 'Questions',
+		'`+strings.Join(rowWorkVars, "', '")+`')`)
 	if err != nil {
 		return c, fmt.Errorf("global status: %w", err)
 	}
@@ -319,6 +335,11 @@ func (e *env) snapshot(ctx context.Context) (counters, error) {
 			return c, err
 		}
 		n, _ := strconv.ParseInt(value, 10, 64)
+		for _, v := range rowWorkVars {
+			if strings.EqualFold(v, name) {
+				c.rowWork[v] = n
+			}
+		}
 		switch strings.ToLower(name) {
 		case "com_commit":
 			c.comCommit = n
@@ -371,6 +392,7 @@ type cost struct {
 	SelfCPU       time.Duration
 	MysqldCPU     time.Duration
 	MachineCPU    time.Duration
+	RowWork       map[string]int64 // deltas of rowWorkVars
 }
 
 func (a counters) to(b counters) cost {
@@ -378,8 +400,16 @@ func (a counters) to(b counters) cost {
 		Elapsed: b.at.Sub(a.at), ComCommit: b.comCommit - a.comCommit, HandlerCommit: b.handlerCommit - a.handlerCommit,
 		LogFsyncs: b.logFsyncs - a.logFsyncs, LockWaits: b.lockWaits - a.lockWaits, Questions: b.questions - a.questions, LockTime: b.lockTime - a.lockTime,
 		PoolWaits: b.poolWaits - a.poolWaits, PoolWaitTime: b.poolWaitTime - a.poolWaitTime, SelfCPU: b.selfCPU - a.selfCPU, MysqldCPU: b.mysqldCPU - a.mysqldCPU,
-		MachineCPU: b.machineCPU - a.machineCPU,
+		MachineCPU: b.machineCPU - a.machineCPU, RowWork: rowWorkDelta(a.rowWork, b.rowWork),
 	}
+}
+
+func rowWorkDelta(a, b map[string]int64) map[string]int64 {
+	d := make(map[string]int64, len(b))
+	for k, v := range b {
+		d[k] = v - a[k]
+	}
+	return d
 }
 
 // cpuShare returns CPU time as a share of one core over the elapsed time,

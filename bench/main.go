@@ -27,6 +27,7 @@ type options struct {
 	out          string
 	timeout      time.Duration
 	drainEvents  int
+	drainTraced  bool
 	liveTasks    int
 	peerMessages int
 	rawDur       time.Duration
@@ -47,6 +48,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "Markdown file whose marked section receives the results; empty writes nothing")
 	flag.DurationVar(&o.timeout, "timeout", 11*time.Minute, "bound on the whole run")
+	flag.BoolVar(&o.drainTraced, "drain-traced", true, "with -only drain, also run the drain with the tracing exporter on")
 	flag.IntVar(&o.drainEvents, "drain-events", 50000, "results in the log before the backlog drain")
 	flag.IntVar(&o.liveTasks, "live-tasks", 8000, "tasks submitted, completed and delivered in the live row")
 	flag.IntVar(&liveWorkersPerQueue, "live-workers", 1, "SDK workers per queue in the live row")
@@ -165,8 +167,11 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 		}
 		step("%s", r.drain.summary())
 		if len(o.only) > 0 {
-			fmt.Fprintf(os.Stderr, "%s\n%s\n%s\n", costLine(r.drain.Cost, r.drain.Events), r.drain.DBSamples, r.drain.ProfileTop)
+			fmt.Fprintf(os.Stderr, "%s\n%s\n%s\n%s\n%s\n", costLine(r.drain.Cost, r.drain.Events), rowWorkLine(r.drain.Cost, r.drain.Events),
+				r.drain.TableStats, r.drain.DBSamples, r.drain.ProfileTop)
 		}
+	}
+	if o.runs("drain") && (o.drainTraced || len(o.only) == 0) {
 		step("backlog drain again, from sequence 0 of the same log, with the server's tracing exporter on")
 		if r.drainTraced, err = runTracedDrain(ctx, e, o.drainEvents, r.drain.Prefill); err != nil {
 			return err

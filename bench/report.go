@@ -207,6 +207,19 @@ func costLine(c cost, items int) string {
 		perItem(c, items), statements, cpu(c))
 }
 
+// rowWorkLine prints the row and index work of a phase per item: the
+// counters of rowWorkVars divided by items, in their order.
+func rowWorkLine(c cost, items int) string {
+	if items <= 0 || len(c.RowWork) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(rowWorkVars))
+	for _, v := range rowWorkVars {
+		parts = append(parts, fmt.Sprintf("%s %.2f", v, float64(c.RowWork[v])/float64(items)))
+	}
+	return "per item: " + strings.Join(parts, " · ")
+}
+
 func cpu(c cost) string {
 	other := max(c.MachineCPU-c.SelfCPU-c.MysqldCPU, 0)
 	return fmt.Sprintf("%.0f · %.0f · %.0f %%", cpuShare(c.SelfCPU, c.Elapsed), cpuShare(c.MysqldCPU, c.Elapsed), cpuShare(other, c.Elapsed))
