@@ -56,7 +56,15 @@ func deliveryMaterialize(ctx context.Context, pool *sql.DB, log Log, subscriptio
 		if room <= 0 {
 			return nil
 		}
-		events, err := log.EventScan(ctx, tx, s.QueueID, s.CursorSequence, batch)
+		// A subscription to every result type fills a slot with each
+		// result it scans, so it reads no more than the room: the rest
+		// would only be read again by the next materialisation. Others
+		// read a whole batch, since most of it may not match.
+		scan := batch
+		if s.wantsEveryResult() {
+			scan = min(batch, room)
+		}
+		events, err := log.EventScan(ctx, tx, s.QueueID, s.CursorSequence, scan)
 		if err != nil {
 			return err
 		}

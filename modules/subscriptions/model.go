@@ -113,6 +113,12 @@ func (s *Subscription) view(st Stats) subscriptionView {
 }
 
 // wants reports whether the subscription receives events of type typ.
+// wantsEveryResult reports whether the subscription takes every result
+// type, so that every result it scans takes a backlog slot.
+func (s *Subscription) wantsEveryResult() bool {
+	return len(s.Types) == len(tasks.ResultTypes)
+}
+
 func (s *Subscription) wants(typ string) bool {
 	for _, t := range s.Types {
 		if t == typ {
