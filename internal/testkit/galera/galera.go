@@ -193,6 +193,15 @@ func (c *Cluster) Addr(i int) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.nodes[i].sqlPort))
 }
 
+// Running reports whether node i runs: started and neither killed nor
+// stopped since.
+func (c *Cluster) Running(i int) bool {
+	nd := c.nodes[i]
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	return nd.srv != nil
+}
+
 // LogFile returns the path of node i's error log.
 func (c *Cluster) LogFile(i int) string { return c.nodes[i].logFile }
 
