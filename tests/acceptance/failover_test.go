@@ -52,6 +52,9 @@ const (
 	galeraDialTimeout = 2 * time.Second
 	// switchedLog is what internal/db logs when a pool moves to another DSN.
 	switchedLog = "database: switched to another DSN"
+	// galeraSummary marks a log line that make test-galera's summary
+	// repeats.
+	galeraSummary = "galera-summary: "
 )
 
 // TestN8_WriteNodeFailoverUnderLoad runs two orbit serve processes with
@@ -208,7 +211,7 @@ func TestN8_WriteNodeFailoverUnderLoad(t *testing.T) {
 	t.Logf("%d tasks through %d orbit serve processes, worked %v, handled %v; %s",
 		len(acked), failoverNodes, loadAll(worked[:]), loadAll(handled[:]), summarize(t, pool, queueID))
 	t.Logf("%sN-8 failover to node 1 under load (%d orbit serve, %d tasks): Orbit switched after %s, nodes 1 and 2 evicted node 0 after %s; first acknowledged submit %s after the kill, first completion %s, first delivery %s; %d submits failed in the gap (%d tasks, %d of them found committed by the retry)",
-		"galera-summary: ", failoverNodes, len(acked), strings.Join(switched, " and "), evicted, m.submit, m.complete, m.deliver, m.failed, m.failedKeys, m.committedUnacked)
+		galeraSummary, failoverNodes, len(acked), strings.Join(switched, " and "), evicted, m.submit, m.complete, m.deliver, m.failed, m.failedKeys, m.committedUnacked)
 }
 
 // galeraCluster returns the DSNs of the Galera cluster named by
