@@ -355,6 +355,10 @@ func (c *Cluster) startNode(ctx context.Context, nd *node, provider string, mode
 		// Joiners receive node 0's data by SST; a node restarted after a
 		// kill or stop keeps its own directory.
 		NoInit: mode != startBootstrap,
+		// A joiner accepts connections once its SST is done, and a donor
+		// serves one joiner at a time: the second joiner of Start waits
+		// for both transfers, over a minute on 2 cores under load.
+		StartTimeout: syncTimeout,
 	})
 	if err != nil {
 		return fmt.Errorf("galera: start node %d: %w", nd.index, err)
