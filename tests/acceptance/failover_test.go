@@ -52,6 +52,9 @@ const (
 	galeraDialTimeout = 2 * time.Second
 	// switchedLog is what internal/db logs when a pool moves to another DSN.
 	switchedLog = "database: switched to another DSN"
+	// markedDeadLog is what the cluster module logs when another node
+	// marked this one dead.
+	markedDeadLog = "this node was marked dead by another node"
 	// galeraSummary marks a log line that make test-galera's summary
 	// repeats.
 	galeraSummary = "galera-summary: "
@@ -199,6 +202,9 @@ func TestN8_WriteNodeFailoverUnderLoad(t *testing.T) {
 			continue
 		}
 		switched = append(switched, rec.since(at).String())
+		if strings.Contains(n.Output(), markedDeadLog) {
+			t.Logf("orbit serve %d was marked dead by the other during the failover", i)
+		}
 	}
 
 	checkAcknowledgedOnce(t, pool, queueID, acked)
