@@ -77,7 +77,8 @@ const (
 // acknowledged task exists once (one task per key) and SUCCEEDED with one
 // completed attempt and one task.succeeded event, the queue's result log
 // runs 1..N without gap or repeat, and every result was delivered, ACKed
-// once and applied once (N-8).
+// once and applied once (N-8). Neither orbit serve may mark the other dead
+// over the gap, in which Galera held both heartbeats.
 //
 // It kills node 0, so it runs only where make test-galera lets it: after
 // the other Galera tests, alone, with ORBIT_TEST_MYSQL_DSN on node 1.
@@ -203,7 +204,7 @@ func TestN8_WriteNodeFailoverUnderLoad(t *testing.T) {
 		}
 		switched = append(switched, rec.since(at).String())
 		if strings.Contains(n.Output(), markedDeadLog) {
-			t.Logf("orbit serve %d was marked dead by the other during the failover", i)
+			t.Errorf("orbit serve %d was marked dead by the other during the failover: a heartbeat held by Galera looked late", i)
 		}
 	}
 
