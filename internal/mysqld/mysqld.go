@@ -7,6 +7,7 @@
 package mysqld
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -27,9 +28,9 @@ import (
 )
 
 const (
-	// startTimeout bounds how long Start and Restart wait for the server to
-	// accept connections.
-	startTimeout = 60 * time.Second
+	// DefaultStartTimeout bounds how long Start and Restart wait for the
+	// server to accept connections when Options.StartTimeout is zero.
+	DefaultStartTimeout = 60 * time.Second
 
 	// stopTimeout bounds how long Stop waits after SIGTERM before it sends
 	// SIGKILL.
@@ -87,6 +88,12 @@ type Options struct {
 	// Galera nodes need a user other than root: the rsync daemon of a state
 	// transfer started by root switches to nobody.
 	User string
+
+	// StartTimeout bounds how long Start and Restart wait for the server
+	// to accept connections; zero means DefaultStartTimeout. A Galera
+	// joiner waits for its state transfer, after the transfers of the
+	// joiners before it.
+	StartTimeout time.Duration
 }
 
 // Server is a running server process started by Start. Its methods are safe
@@ -100,8 +107,9 @@ type Server struct {
 	sockDir string // temporary directory holding the socket; empty when it is in dataDir
 	durable bool
 	port    int
-	extra   []string // Options.Args
-	user    string   // --user value; empty when not running as root
+	extra   []string      // Options.Args
+	user    string        // --user value; empty when not running as root
+	ready   time.Duration // Options.StartTimeout or DefaultStartTimeout
 
 	mu   sync.Mutex // serialises Stop, Kill and Restart
 	proc *process   // nil while the server is not running
@@ -128,8 +136,8 @@ func (e portInUseError) Error() string { return e.err.Error() }
 func (e portInUseError) Unwrap() error { return e.err }
 
 // Start initialises opts.DataDir if needed, starts the server and waits until
-// it accepts connections from root over TCP on 127.0.0.1, for at most 60
-// seconds or until ctx ends. Initialising takes a few seconds; reusing a data
+// it accepts connections from root over TCP on 127.0.0.1, for at most
+// opts.StartTimeout (60 seconds by default) or until ctx ends. Initialising takes a few seconds; reusing a data
 // directory about half a second. When the server fails to start, the error
 // includes the last lines of its error log. The caller must call Stop.
 func Start(ctx context.Context, opts Options) (*Server, error) {
@@ -169,6 +177,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		port:    opts.Port,
 		extra:   append([]string(nil), opts.Args...),
 		user:    runAs,
+		ready:   cmp.Or(opts.StartTimeout, DefaultStartTimeout),
 	}
 	if s.logFile == "" {
 		s.logFile = filepath.Join(dataDir, "mysqld.log")
@@ -372,7 +381,7 @@ func (s *Server) args() []string {
 // connect over TCP from 127.0.0.1 (MySQL's --initialize-insecure creates
 // root@localhost only), and checks that it answers over TCP.
 func (s *Server) waitReady(ctx context.Context, p *process) error {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.ready)
 	defer cancel()
 
 	sock := quietDB("unix", s.socket)

@@ -166,6 +166,41 @@ func TestN3_NodeMarkedDeadRegistersAgain(t *testing.T) {
 	}
 }
 
+// When the database holds every node's heartbeat for many intervals, as
+// the survivors of a Galera cluster hold every commit until they have
+// evicted a dead node, each heartbeat commits late with the time its
+// statement began: no node may take the others' late heartbeats for death
+// once the database lets go (N-3, N-8).
+func TestN3_StalledHeartbeatsReapNoOne(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	ns := nodes(t, pool, 2)
+	a, b := ns[0], ns[1]
+
+	// Every heartbeat waits for the lock on its node's row.
+	tx, err := pool.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`SELECT id FROM nodes WHERE id IN (?, ?) FOR UPDATE`, a.NodeID, b.NodeID); err != nil {
+		tx.Rollback()
+		t.Fatal(err)
+	}
+	time.Sleep(10 * heartbeat)
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * heartbeat)
+	for _, s := range ns {
+		if r, _ := readNode(t, pool, s.NodeID); r.dead {
+			t.Errorf("node %s was marked dead after the stall", s.NodeID)
+		}
+		if strings.Contains(s.Logs(), "this node was marked dead by another node") {
+			t.Errorf("node %s logged that it was marked dead:\n%s", s.NodeID, s.Logs())
+		}
+	}
+}
+
 // A result committed through node A reaches a consumer connected to node
 // B, a task submitted through A is assigned to a worker on B, and a cancel
 // requested through A reaches that worker, while every poll interval is an

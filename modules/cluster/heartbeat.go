@@ -25,19 +25,26 @@ func (m *Module) heartbeatLoop(ctx context.Context) {
 // beater is the state of the heartbeat loop.
 type beater struct {
 	m *Module
-	// healthySince is when the heartbeats last started to succeed; zero
-	// while they fail.
+	// healthySince is when the heartbeats last started to succeed on
+	// time; zero while they fail.
 	healthySince time.Time
+	// lastBeat is when the last heartbeat succeeded.
+	lastBeat time.Time
 	// lastForget is when stopped and dead nodes were last forgotten.
 	lastForget time.Time
 	failing    failures
 }
 
 // beat registers the node or beats its heartbeat, and, once this node's
-// own heartbeats have succeeded for deadAfter intervals, reaps: a node
-// back from a database outage gives the others as long to beat again as
-// they would be given by a node that never lost the database, instead of
-// marking them all dead at once.
+// own heartbeats have succeeded on time for deadAfter intervals, reaps: a
+// node back from a database outage gives the others as long to beat again
+// as they would be given by a node that never lost the database, instead
+// of marking them all dead at once. A heartbeat that succeeds more than two
+// intervals after the previous one counts as back from an outage too: the
+// database held it (the survivors of a Galera cluster hold every commit
+// until they have evicted a dead node, and the heartbeat then commits the
+// time its statement began), or this process was paused, and the others'
+// heartbeats were held as long.
 func (b *beater) beat(ctx context.Context) {
 	m := b.m
 	if !m.registered.Load() {
@@ -68,9 +75,10 @@ func (b *beater) beat(ctx context.Context) {
 	}
 	b.failing.recover(m.logger, "heartbeat recovered")
 	now := time.Now()
-	if b.healthySince.IsZero() {
+	if b.healthySince.IsZero() || now.Sub(b.lastBeat) > 2*m.cfg.HeartbeatInterval {
 		b.healthySince = now
 	}
+	b.lastBeat = now
 	if now.Sub(b.healthySince) >= deadAfter*m.cfg.HeartbeatInterval {
 		b.reap(ctx)
 	}

@@ -97,7 +97,10 @@ type workerLog struct {
 	mu       sync.Mutex
 	dedup    map[string]bool
 	connects int
-	changed  wake.Broadcast
+	// onAck, when set before the worker starts, is called for every
+	// outcome the server acknowledged.
+	onAck   func(taskID string, dedup bool)
+	changed wake.Broadcast
 }
 
 func newWorkerLog() *workerLog {
@@ -125,6 +128,9 @@ func (l *workerLog) Handle(ctx context.Context, r slog.Record) error {
 			}
 			return true
 		})
+		if l.onAck != nil {
+			l.onAck(taskID, dedup)
+		}
 		if dedup {
 			l.mu.Lock()
 			l.dedup[taskID] = true

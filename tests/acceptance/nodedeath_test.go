@@ -82,16 +82,7 @@ func TestN5_NodeDeath(t *testing.T) {
 		addrs[i] = orbitproc.FreeAddr(t)
 	}
 	for i := range nodes {
-		nodes[i] = orbitproc.Start(t, orbitproc.Serve{Bin: bin, Dir: dir, Addr: addrs[i], DSN: dsn, Env: []string{
-			"ORBIT_WORKERS_LEASE_DURATION=" + nodeLease.String(),
-			"ORBIT_WORKERS_HEARTBEAT_INTERVAL=1s",
-			"ORBIT_WORKERS_POLL_INTERVAL=100ms",
-			"ORBIT_TASKS_SWEEP_INTERVAL=200ms",
-			"ORBIT_EVENTS_LEASE_DURATION=" + nodeLease.String(),
-			"ORBIT_EVENTS_POLL_INTERVAL=100ms",
-			"ORBIT_SUBSCRIPTIONS_RECOVER_INTERVAL=200ms",
-			"ORBIT_SUBSCRIPTIONS_MATERIALIZE_INTERVAL=100ms",
-		}})
+		nodes[i] = orbitproc.Start(t, orbitproc.Serve{Bin: bin, Dir: dir, Addr: addrs[i], DSN: dsn, Env: shortLeaseEnv()})
 	}
 	// The clients of node i fall back to the next nodes in turn.
 	urls := make([]string, nodeCount)
@@ -253,6 +244,23 @@ func TestN5_NodeDeath(t *testing.T) {
 	})
 	t.Logf("%d tasks on %d nodes, worked %v, handled %v, Inbox outcomes [%s]; %s",
 		submitted, nodeCount, loadAll(worked[:]), loadAll(handled[:]), strings.Join(outs, " · "), summarize(t, pool, queueID))
+}
+
+// shortLeaseEnv returns the settings of an orbit serve process whose
+// leases run out within nodeLease and whose background loops run often, so
+// that what a dead node or a lost database connection held comes back
+// within seconds.
+func shortLeaseEnv() []string {
+	return []string{
+		"ORBIT_WORKERS_LEASE_DURATION=" + nodeLease.String(),
+		"ORBIT_WORKERS_HEARTBEAT_INTERVAL=1s",
+		"ORBIT_WORKERS_POLL_INTERVAL=100ms",
+		"ORBIT_TASKS_SWEEP_INTERVAL=200ms",
+		"ORBIT_EVENTS_LEASE_DURATION=" + nodeLease.String(),
+		"ORBIT_EVENTS_POLL_INTERVAL=100ms",
+		"ORBIT_SUBSCRIPTIONS_RECOVER_INTERVAL=200ms",
+		"ORBIT_SUBSCRIPTIONS_MATERIALIZE_INTERVAL=100ms",
+	}
 }
 
 // receiverInbox creates the result-inbox example's schema in a database of
@@ -598,6 +606,8 @@ func (g *consumerGroup) stop(t testing.TB) {
 // exists exactly once.
 type nodeProducers struct {
 	queueID  string
+	timeout  time.Duration       // of one SubmitTask call
+	observe  func(submitAttempt) // nil, or called after every attempt
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	accepted atomic.Int64
@@ -605,9 +615,24 @@ type nodeProducers struct {
 	lastErr  error // of a task given up after nodeWait
 }
 
+// submitAttempt is one SubmitTask call of a producer.
+type submitAttempt struct {
+	key          string
+	began, ended time.Time
+	res          *orbit.TaskResult // nil when err is set
+	err          error
+}
+
 func startNodeProducers(t *testing.T, clients []*orbit.Client, queueID string) *nodeProducers {
+	return startObservedProducers(t, clients, queueID, 10*time.Second, nil)
+}
+
+// startObservedProducers is startNodeProducers with a timeout for each
+// SubmitTask call, after which the call fails and is sent again, and
+// observe called after every call, from the producers' goroutines.
+func startObservedProducers(t *testing.T, clients []*orbit.Client, queueID string, timeout time.Duration, observe func(submitAttempt)) *nodeProducers {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &nodeProducers{queueID: queueID, cancel: cancel}
+	p := &nodeProducers{queueID: queueID, timeout: timeout, observe: observe, cancel: cancel}
 	for i, client := range clients {
 		p.wg.Add(1)
 		go func() {
@@ -632,11 +657,15 @@ func startNodeProducers(t *testing.T, clients []*orbit.Client, queueID string) *
 // most nodeWait.
 func (p *nodeProducers) submit(client *orbit.Client, key string) {
 	for deadline := time.Now().Add(nodeWait); ; {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := client.SubmitTask(ctx, key, orbit.SubmitTaskRequest{
+		ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+		began := time.Now()
+		res, err := client.SubmitTask(ctx, key, orbit.SubmitTaskRequest{
 			QueueID: p.queueID, Input: json.RawMessage(fmt.Sprintf(`{"key":%q}`, key)), Idempotent: true, MaxAttempts: 20,
 		})
 		cancel()
+		if p.observe != nil {
+			p.observe(submitAttempt{key: key, began: began, ended: time.Now(), res: res, err: err})
+		}
 		if err == nil {
 			p.accepted.Add(1)
 			return

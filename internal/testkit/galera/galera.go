@@ -193,6 +193,15 @@ func (c *Cluster) Addr(i int) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.nodes[i].sqlPort))
 }
 
+// Running reports whether node i runs: started and neither killed nor
+// stopped since.
+func (c *Cluster) Running(i int) bool {
+	nd := c.nodes[i]
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	return nd.srv != nil
+}
+
 // LogFile returns the path of node i's error log.
 func (c *Cluster) LogFile(i int) string { return c.nodes[i].logFile }
 
@@ -346,6 +355,10 @@ func (c *Cluster) startNode(ctx context.Context, nd *node, provider string, mode
 		// Joiners receive node 0's data by SST; a node restarted after a
 		// kill or stop keeps its own directory.
 		NoInit: mode != startBootstrap,
+		// A joiner accepts connections once its SST is done, and a donor
+		// serves one joiner at a time: the second joiner of Start waits
+		// for both transfers, over a minute on 2 cores under load.
+		StartTimeout: syncTimeout,
 	})
 	if err != nil {
 		return fmt.Errorf("galera: start node %d: %w", nd.index, err)
