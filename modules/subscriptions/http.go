@@ -269,7 +269,11 @@ func (m *Module) configure(w http.ResponseWriter, r *http.Request) {
 			return http.StatusOK, subscriptionReceipt{Subscription: v}, nil
 		}, nil
 	})
+	// A resumed subscription's PENDING deliveries are claimable at once,
+	// on every node (the cluster module relays claimable), and its backlog
+	// may take more of the log.
 	m.wake.Notify()
+	m.claimable.Notify()
 }
 
 func (m *Module) listDeliveries(w http.ResponseWriter, r *http.Request) {
