@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"regexp"
 	"strings"
 	"time"
@@ -38,6 +39,7 @@ var targets = []target{
 	{".", "./modules/workers", "FuzzWorkersFrame"},
 	{".", "./config", "FuzzLoad"},
 	{"examples/result-inbox", "./inbox", "FuzzCanonicalize"},
+	{"sdk/go", ".", "FuzzDecodeOnceMatchesGeneralPath"},
 }
 
 // progress matches go test's fuzzing progress lines, e.g.
@@ -69,7 +71,7 @@ func main() {
 			result = "FAILED: " + firstFailure(out)
 			os.Stderr.Write(out)
 		}
-		fmt.Fprintf(&table, "| %s | %s | %s | %s | %s | %s |\n", t.name, strings.TrimPrefix(t.module+"/"+strings.TrimPrefix(t.pkg, "./"), "./"), *fuzztime, execs, interesting, result)
+		fmt.Fprintf(&table, "| %s | %s | %s | %s | %s | %s |\n", t.name, path.Join(t.module, t.pkg), *fuzztime, execs, interesting, result)
 	}
 	fmt.Print(table.String())
 	if failed {
