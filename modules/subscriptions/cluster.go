@@ -3,7 +3,6 @@ package subscriptions
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"time"
 
 	"github.com/orbitrun/orbit/internal/db"
@@ -32,36 +31,13 @@ func (*Module) ConnectionKind() string { return "event" }
 // ConnectionsOpen counts the open event sessions of each of nodeIDs,
 // through the (node_id, closed_at) index.
 func (*Module) ConnectionsOpen(ctx context.Context, q db.Querier, nodeIDs []string) (map[string]int, error) {
-	args := make([]any, len(nodeIDs))
-	for i, id := range nodeIDs {
-		args[i] = id
-	}
-	rows, err := q.QueryContext(ctx, `SELECT node_id, COUNT(*) FROM event_sessions
-		WHERE node_id IN (`+db.Placeholders(len(nodeIDs))+`) AND closed_at IS NULL GROUP BY node_id`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("subscriptions: count open sessions: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var id string
-		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			return nil, err
-		}
-		out[id] = n
-	}
-	return out, rows.Err()
+	return cluster.SessionsOpenByNode(ctx, q, "event_sessions", nodeIDs)
 }
 
 // ConnectionsClose closes the open event sessions of a node, in tx. Their
 // leases stay until they expire or are ACKed with their proofs (E-5).
 func (*Module) ConnectionsClose(ctx context.Context, tx *sql.Tx, nodeID string, at time.Time) (int64, error) {
-	res, err := tx.ExecContext(ctx, `UPDATE event_sessions SET closed_at = ? WHERE node_id = ? AND closed_at IS NULL`, at, nodeID)
-	if err != nil {
-		return 0, fmt.Errorf("subscriptions: close sessions of node: %w", err)
-	}
-	return res.RowsAffected()
+	return cluster.SessionsCloseOfNode(ctx, tx, "event_sessions", nodeID, at)
 }
 
 var (
