@@ -384,7 +384,7 @@ func (s *Server) waitReady(ctx context.Context, p *process) error {
 	ctx, cancel := context.WithTimeout(ctx, s.ready)
 	defer cancel()
 
-	sock := quietDB("unix", s.socket)
+	sock := QuietDB("unix", s.socket)
 	defer sock.Close()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -417,7 +417,7 @@ func (s *Server) waitReady(ctx context.Context, p *process) error {
 		}
 	}
 
-	tcp := quietDB("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)))
+	tcp := QuietDB("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)))
 	defer tcp.Close()
 	if err := tcp.PingContext(ctx); err != nil {
 		return fmt.Errorf("mysqld: ping over TCP: %w", err)
@@ -445,9 +445,10 @@ func execWhenReady(ctx context.Context, db *sql.DB, p *process, q string) error 
 	}
 }
 
-// quietDB returns a pool for root without a password that does not log
-// driver errors: refused connections are expected while the server starts.
-func quietDB(network, addr string) *sql.DB {
+// QuietDB returns a pool of one connection for root without a password
+// that does not log driver errors: refused connections are expected while
+// a server starts.
+func QuietDB(network, addr string) *sql.DB {
 	cfg := mysql.NewConfig()
 	cfg.User = "root"
 	cfg.Net = network

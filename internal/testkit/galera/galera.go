@@ -35,8 +35,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/orbitrun/orbit/internal/mysqld"
 )
 
@@ -309,7 +307,7 @@ type Status struct {
 
 // NodeStatus asks node i for its wsrep status.
 func (c *Cluster) NodeStatus(ctx context.Context, i int) (Status, error) {
-	db := quietDB(c.Addr(i))
+	db := mysqld.QuietDB("tcp", c.Addr(i))
 	defer db.Close()
 	return status(ctx, db)
 }
@@ -407,7 +405,7 @@ func (c *Cluster) waitSynced(ctx context.Context, size int, nodes ...*node) erro
 	ctx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
 	for _, nd := range nodes {
-		db := quietDB(c.Addr(nd.index))
+		db := mysqld.QuietDB("tcp", c.Addr(nd.index))
 		var (
 			st  Status
 			err error
@@ -501,25 +499,6 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
-}
-
-// quietDB returns a pool for root without a password on addr that does not
-// log driver errors: refused connections are expected while a node starts.
-func quietDB(addr string) *sql.DB {
-	cfg := mysql.NewConfig()
-	cfg.User = "root"
-	cfg.Net = "tcp"
-	cfg.Addr = addr
-	cfg.Timeout = 2 * time.Second
-	cfg.Logger = &mysql.NopLogger{}
-	conn, err := mysql.NewConnector(cfg)
-	if err != nil {
-		// NewConnector fails only on an invalid Config, which this is not.
-		panic("galera: " + err.Error())
-	}
-	db := sql.OpenDB(conn)
-	db.SetMaxOpenConns(1)
-	return db
 }
 
 // logTail returns the last lines of a node's error log.
