@@ -51,8 +51,52 @@ func observe(pool *sql.DB, outcome string) {
 var commitHooks sync.Map // *sql.Tx -> *hooks
 
 type hooks struct {
-	mu  sync.Mutex
-	fns []func()
+	pool   *sql.DB
+	mu     sync.Mutex
+	fns    []func()
+	values map[any]any
+}
+
+// TxValue returns the value kept under key for tx, made by mk on the
+// first call for that key in this attempt of the transaction. It lets the
+// writes of one transaction share what they must do after its commit: one
+// OnCommit function, registered by mk, for all of them. The value is
+// dropped with the attempt; mk may call OnCommit, not TxValue. tx must be a transaction of a running Tx; on any other
+// TxValue panics, a programmer error.
+func TxValue[T any](tx *sql.Tx, key any, mk func() T) T {
+	h, ok := commitHooks.Load(tx)
+	if !ok {
+		panic("db: TxValue on a transaction that Tx is not running")
+	}
+	hs := h.(*hooks)
+	hs.mu.Lock()
+	v, ok := hs.values[key]
+	hs.mu.Unlock()
+	if ok {
+		return v.(T)
+	}
+	// A transaction is used by one goroutine at a time, so nobody else
+	// makes the value meanwhile; mk runs unlocked since it may call
+	// OnCommit.
+	made := mk()
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.values == nil {
+		hs.values = map[any]any{}
+	}
+	hs.values[key] = made
+	return made
+}
+
+// Pool returns the pool whose Tx is running tx, for work that must follow
+// the commit on a connection of its own (see OnCommit). tx must be a
+// transaction of a running Tx; on any other Pool panics, a programmer error.
+func Pool(tx *sql.Tx) *sql.DB {
+	h, ok := commitHooks.Load(tx)
+	if !ok {
+		panic("db: Pool on a transaction that Tx is not running")
+	}
+	return h.(*hooks).pool
 }
 
 // OnCommit makes fn run after tx commits, once, in the goroutine that

@@ -91,7 +91,7 @@ func runTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
 		return fmt.Errorf("db: begin: %w", err)
 	}
 	defer tx.Rollback()
-	h := &hooks{}
+	h := &hooks{pool: db}
 	commitHooks.Store(tx, h)
 	defer commitHooks.Delete(tx)
 
