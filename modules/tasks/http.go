@@ -262,9 +262,8 @@ func (m *Module) cancel(w http.ResponseWriter, r *http.Request) {
 			return http.StatusOK, taskReceipt{Task: after.view(false)}, nil
 		}, nil
 	})
-	// Write returns after the commit: a PENDING task was cancelled (an
-	// append) or a RUNNING one got its cancel request.
-	m.store.appended.Notify()
+	// Write returns after the commit (and the sequencing of what it
+	// appended): a RUNNING task may have got its cancel request.
 	m.store.cancelRequested.Notify()
 }
 
@@ -324,8 +323,7 @@ func (m *Module) review(w http.ResponseWriter, r *http.Request) {
 			return http.StatusOK, taskReceipt{Task: after.view(false)}, nil
 		}, nil
 	})
-	// Write returns after the commit: the review appended a result or
-	// made the task PENDING again.
-	m.store.appended.Notify()
+	// Write returns after the commit (and the sequencing of what it
+	// appended): the review may have made the task PENDING again.
 	m.store.submitted.Notify()
 }

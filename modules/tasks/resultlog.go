@@ -15,54 +15,44 @@ import (
 
 // The result log (T-8 … T-11).
 //
-// Sequences are allocated by locking the queue's head row in the appending
-// transaction: the row lock is held until COMMIT, so the transaction that
-// takes sequence N+1 cannot commit before the one holding N has committed or
-// rolled back (and a rollback returns N to the head). A reader that has seen
-// N therefore never later sees a committed sequence <= N appear, and there
-// are no gaps. The cost is that appends to one queue are serialised; appends
-// to different queues do not contend.
+// An append stages its event in result_intake inside the task change's
+// transaction; the post-commit sequencer (sequencer.go) gives it its
+// sequence after the COMMIT, before the write returns. See sequencer.go for
+// why sequences still become visible in commit order and without gaps.
 
 // appendEvent appends one event for t (already updated to its new state) to
-// its queue's log inside tx and returns the event.
-func appendEvent(ctx context.Context, tx *sql.Tx, t *Task, eventType string, details eventDetails, now time.Time) (Event, error) {
-	// LAST_INSERT_ID(expr) hands the new head back in the statement's own
-	// reply, so reading it costs no second round trip.
-	res, err := tx.ExecContext(ctx, `
-		INSERT INTO queue_streams (queue_id, head_sequence, updated_at) VALUES (?, LAST_INSERT_ID(1), ?)
-		ON DUPLICATE KEY UPDATE head_sequence = LAST_INSERT_ID(head_sequence + 1), updated_at = VALUES(updated_at)`,
-		t.QueueID, now)
-	if err != nil {
-		return Event{}, fmt.Errorf("tasks: advance log head: %w", err)
-	}
-	head, err := res.LastInsertId()
-	if err != nil || head < 1 {
-		return Event{}, fmt.Errorf("tasks: read log head: %d, %v", head, err)
-	}
-	seq := uint64(head)
+// its queue's log inside tx and returns the event, whose Sequence is set
+// once tx has committed and the event is sequenced.
+func appendEvent(ctx context.Context, tx *sql.Tx, t *Task, eventType string, details eventDetails, now time.Time) (*Event, error) {
 	snapshot, err := json.Marshal(taskSnapshot{
 		SchemaVersion: 1, TaskID: t.ID, QueueID: t.QueueID, State: t.State,
 		Revision: httpx.Uint64(t.Revision), EffectUncertain: t.EffectUncertain,
 		Result: t.Result, CurrentAttemptID: t.CurrentAttemptID,
 	})
 	if err != nil {
-		return Event{}, fmt.Errorf("tasks: encode snapshot: %w", err)
+		return nil, fmt.Errorf("tasks: encode snapshot: %w", err)
 	}
 	detailsJSON, err := json.Marshal(details)
 	if err != nil {
-		return Event{}, fmt.Errorf("tasks: encode details: %w", err)
+		return nil, fmt.Errorf("tasks: encode details: %w", err)
 	}
-	ev := Event{
-		ID: db.NewID(), Sequence: httpx.Uint64(seq), Type: eventType, AggregateKind: "task",
+	ev := &Event{
+		ID: db.NewID(), Type: eventType, AggregateKind: "task",
 		AggregateID: t.ID, AggregateRevision: httpx.Uint64(t.Revision), OccurredAt: httpx.FormatTime(now),
 		Details: detailsJSON, Snapshot: snapshot, queueID: t.QueueID, namespaceID: t.NamespaceID,
 	}
-	if _, err := tx.ExecContext(ctx, `
-		INSERT INTO result_events (queue_id, sequence, id, type, task_id, task_revision, occurred_at, details, snapshot)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		t.QueueID, seq, ev.ID, eventType, t.ID, t.Revision, now, detailsJSON, snapshot); err != nil {
-		return Event{}, fmt.Errorf("tasks: append event: %w", err)
+	res, err := tx.ExecContext(ctx, `
+		INSERT INTO result_intake (queue_id, event_id, type, task_id, task_revision, occurred_at, details, snapshot)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		t.QueueID, ev.ID, eventType, t.ID, t.Revision, now, detailsJSON, snapshot)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: append event: %w", err)
 	}
+	intakeID, err := res.LastInsertId()
+	if err != nil {
+		return nil, fmt.Errorf("tasks: append event: %w", err)
+	}
+	sequenceAfterCommit(ctx, tx, ev, uint64(intakeID))
 	return ev, nil
 }
 

@@ -35,7 +35,12 @@ func (f *fixture) grant(queue string) auth.Grant {
 
 func setup(t *testing.T, queues int) *fixture {
 	t.Helper()
-	pool := testdb.New(t)
+	return fixtureOn(t, testdb.New(t), queues)
+}
+
+// fixtureOn is setup on a pool of the test's own.
+func fixtureOn(t *testing.T, pool *sql.DB, queues int) *fixture {
+	t.Helper()
 	f := &fixture{db: pool, store: NewStore(pool, admin.NewStore(pool), time.Millisecond, 10*time.Millisecond)}
 	for i := 0; i < queues; i++ {
 		sc, err := admin.NewStore(pool).ScopeEnsure(context.Background(), &admin.ScopeEnsureParams{

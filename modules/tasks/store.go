@@ -17,10 +17,11 @@ import (
 // Store reads and writes tasks, their attempts and the result log. Every
 // state change and its log row are written in one transaction.
 //
-// The store announces its own facts: after a COMMIT of its own that appends
-// to a result log, makes a task PENDING or requests a cancel, it wakes the
-// waiters of Appended, Submitted or CancelRequested on this node. Callers
-// never notify; other nodes find the change by polling.
+// The store announces its own facts: after a COMMIT of its own that makes
+// a task PENDING or requests a cancel, it wakes the waiters of Submitted or
+// CancelRequested on this node, and the sequencer wakes those of Appended
+// after each pass that logged an event. Callers never notify; other nodes
+// find the change by polling.
 type Store struct {
 	db     *sql.DB
 	grants Identity
@@ -28,7 +29,9 @@ type Store struct {
 	// again, given the attempts used so far.
 	Backoff func(attempts int) time.Duration
 
-	appended, submitted, cancelRequested wake.Broadcast
+	submitted, cancelRequested wake.Broadcast
+	// seq sequences the events the pool's transactions staged.
+	seq *sequencer
 
 	// metrics counts what the store's committed changes did; nil counts
 	// nothing.
@@ -48,7 +51,7 @@ type Identity interface {
 // (the admin module's) inside their own transaction, and sessions bounded
 // per application lock their application with it.
 func NewStore(pool *sql.DB, grants Identity, backoffMin, backoffMax time.Duration) *Store {
-	return &Store{db: pool, grants: grants, Backoff: func(attempts int) time.Duration {
+	return &Store{db: pool, grants: grants, seq: sequencerOf(pool), Backoff: func(attempts int) time.Duration {
 		d := backoffMin
 		for i := 1; i < attempts && d < backoffMax; i++ {
 			d *= 2
@@ -60,10 +63,10 @@ func NewStore(pool *sql.DB, grants Identity, backoffMin, backoffMax time.Duratio
 // pool returns the store's pool.
 func (s *Store) pool() *sql.DB { return s.db }
 
-// Appended returns a channel closed after the next commit on this node that
-// appends to a result log. Take it before reading the log, then wait on it,
+// Appended returns a channel closed after the next sequencing pass on this
+// node that logs an event. Take it before reading the log, then wait on it,
 // so that no append is missed.
-func (s *Store) Appended() <-chan struct{} { return s.appended.C() }
+func (s *Store) Appended() <-chan struct{} { return s.seq.appended.C() }
 
 // Submitted returns a channel closed after the next commit on this node
 // that makes a task PENDING (submitted, requeued, released, reviewed).
@@ -74,20 +77,14 @@ func (s *Store) Submitted() <-chan struct{} { return s.submitted.C() }
 func (s *Store) CancelRequested() <-chan struct{} { return s.cancelRequested.C() }
 
 // announce wakes the waiters of what the events of a committed transaction
-// changed: every event appends, and task.requeued makes its task PENDING.
-// It is called after the COMMIT, never inside the transaction, and also
-// counts the results among events.
+// changed: task.requeued makes its task PENDING (the sequencer has woken
+// those of Appended). It is called after the COMMIT, never inside the
+// transaction, and also counts the results among events.
 func (s *Store) announce(events ...*Event) {
 	s.metrics.appended(events...)
-	appended, requeued := false, false
+	requeued := false
 	for _, ev := range events {
-		if ev != nil {
-			appended = true
-			requeued = requeued || ev.Type == EventRequeued
-		}
-	}
-	if appended {
-		s.appended.Notify()
+		requeued = requeued || (ev != nil && ev.Type == EventRequeued)
 	}
 	if requeued {
 		s.submitted.Notify()
@@ -97,13 +94,13 @@ func (s *Store) announce(events ...*Event) {
 // Tx runs fn in a transaction on the store's pool, for writes made with the
 // package's transactional functions (TaskInsert, TaskCancel, TaskReview)
 // outside the module's handlers, and after its COMMIT announces all that
-// they can change: appended, submitted and cancel requested. A waiter woken
+// they can change: submitted and cancel requested (what they appended is
+// sequenced and announced by then, as with any transaction). A waiter woken
 // for nothing looks once and waits again. Deadlocks are retried as by db.Tx.
 func (s *Store) Tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err := db.Tx(ctx, s.db, fn); err != nil {
 		return err
 	}
-	s.appended.Notify()
 	s.submitted.Notify()
 	s.cancelRequested.Notify()
 	return nil
@@ -253,11 +250,7 @@ func transition(ctx context.Context, tx *sql.Tx, t *Task, state, eventType strin
 		return nil, nil
 	}
 	details.State = state
-	ev, err := appendEvent(ctx, tx, t, eventType, details, now)
-	if err != nil {
-		return nil, err
-	}
-	return &ev, nil
+	return appendEvent(ctx, tx, t, eventType, details, now)
 }
 
 // taskListParams filter and page a queue's tasks, newest first.

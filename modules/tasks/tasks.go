@@ -41,7 +41,8 @@ type Config struct {
 	RetentionInterval time.Duration `yaml:"retention_interval"`
 	// RetentionBatch bounds the events one purge transaction deletes.
 	RetentionBatch int `yaml:"retention_batch"`
-	// SweepInterval is how often expired task leases are recovered (T-6).
+	// SweepInterval is how often expired task leases are recovered (T-6)
+	// and events left in the result log's intake are sequenced (T-9).
 	SweepInterval time.Duration `yaml:"sweep_interval"`
 	// SweepBatch bounds the leases one sweep transaction recovers.
 	SweepBatch int `yaml:"sweep_batch"`
@@ -141,6 +142,7 @@ func (m *Module) Routes(r *mux.Router) { m.routes(r) }
 // Start runs the lease sweeper and the retention sweeper until Stop.
 func (m *Module) Start(context.Context) error {
 	m.loops.Go(func(ctx context.Context) { bg.Every(ctx, m.cfg.SweepInterval, m.sweepLeases) })
+	m.loops.Go(func(ctx context.Context) { bg.Every(ctx, m.cfg.SweepInterval, m.sweepIntake) })
 	m.loops.Go(func(ctx context.Context) { bg.Every(ctx, m.cfg.RetentionInterval, m.sweepRetention) })
 	return nil
 }
@@ -169,6 +171,15 @@ func (m *Module) sweepLeases(ctx context.Context) {
 		if len(events) < m.cfg.SweepBatch {
 			return
 		}
+	}
+}
+
+// sweepIntake sequences events left in the result log's intake by a
+// commit whose own sequencing failed, here or on a node that died between
+// the two (T-9).
+func (m *Module) sweepIntake(ctx context.Context) {
+	if _, err := m.store.seq.sync(ctx, 0); err != nil && ctx.Err() == nil {
+		m.logger.Warn("result log intake sweep failed", "err", err)
 	}
 }
 

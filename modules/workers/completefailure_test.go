@@ -19,9 +19,9 @@ func TestCompleteTransactionFailureIsUnavailableAndKeepsTheConnection(t *testing
 	a := w.assign(t)
 	body := completeBody{proof: a.proof(), Outcome: tasks.OutcomeSucceeded}
 
-	// Without the result log, the completion's event cannot be appended
-	// and the batch's transaction fails.
-	e.srv.RenameTable(t, "result_events", "result_events_away")
+	// Without the result log's intake, the completion's event cannot be
+	// appended and the batch's transaction fails.
+	e.srv.RenameTable(t, "result_intake", "result_intake_away")
 	f := w.NewFrame(typeComplete, body)
 	answer := w.Reply(w.SendFrame(f))
 	wantError(t, answer, "UNAVAILABLE")
@@ -35,7 +35,7 @@ func TestCompleteTransactionFailureIsUnavailableAndKeepsTheConnection(t *testing
 	if n := e.count(t, `SELECT COUNT(*) FROM tasks WHERE id = ? AND state = 'RUNNING' AND revision = 2`, id); n != 1 {
 		t.Fatalf("the failed completion changed task %s", id)
 	}
-	e.srv.RenameTable(t, "result_events_away", "result_events")
+	e.srv.RenameTable(t, "result_intake_away", "result_intake")
 
 	ack := wantCompleteAck(t, w.complete(t, body))
 	want := completeAck{TaskID: id, AttemptID: a.AttemptID, Outcome: tasks.OutcomeSucceeded, State: tasks.StateSucceeded, Revision: "3"}

@@ -1,0 +1,363 @@
+package tasks
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/internal/wake"
+)
+
+// The post-commit sequencer (T-9).
+//
+// An appending transaction does not take a sequence: it writes its event to
+// result_intake with the task change and commits without touching the
+// queue's head row, so appends to one queue no longer wait for each
+// other's COMMIT. After the commit, a sequencing pass moves the committed
+// intake rows into result_events in one transaction of its own: it locks
+// them, locks each queue's head row, numbers the queue's rows head+1 …
+// in intake order, deletes them from the intake and commits. The pass holds
+// each head row until its COMMIT, so passes, like appends before, become
+// visible in commit order and without gaps; but one pass (one COMMIT)
+// sequences every event committed before it, however many.
+//
+// Whoever commits an append waits for a pass that began after its commit
+// (db.OnCommit, in appendEvent): when a write returns, its event has its
+// sequence, as with an append under the head lock. Waiters on one pool
+// share passes: one of them runs the pass, the others wait for it and
+// arrive together at the next (group commit). Intake rows left by a node
+// that died between its commit and the pass are sequenced by the next pass
+// of any node (Module's sweep runs one every sweep interval).
+const (
+	// sequenceBatch bounds the intake rows one pass moves.
+	sequenceBatch = 1000
+	// sequenceTimeout bounds a pass run after a commit.
+	sequenceTimeout = 10 * time.Second
+)
+
+// sequencers holds the sequencer of each pool. It is keyed by pool, like
+// db's observers, so that the package's transactional functions
+// (TaskCancel, TaskReview) sequence what they append in any caller's
+// transaction, and stores on one pool share passes.
+var sequencers sync.Map // *sql.DB -> *sequencer
+
+// sequencerOf returns pool's sequencer, made on first use.
+func sequencerOf(pool *sql.DB) *sequencer {
+	if s, ok := sequencers.Load(pool); ok {
+		return s.(*sequencer)
+	}
+	s, _ := sequencers.LoadOrStore(pool, &sequencer{db: pool})
+	return s.(*sequencer)
+}
+
+// sequencer runs the sequencing passes of one pool, one round at a time.
+type sequencer struct {
+	db *sql.DB
+	// appended is notified after every round that sequenced an event.
+	appended wake.Broadcast
+
+	mu sync.Mutex
+	// requested counts the syncs asked for; done is the highest of them
+	// whose commits are sequenced.
+	requested, done uint64
+	// running is the round under way, nil between rounds.
+	running *round
+	// from is the lowest intake id the next round must read from: the
+	// lowest among the rows of the syncs waiting for it.
+	from uint64
+}
+
+// round is one run of passes for the syncs waiting when it began.
+type round struct {
+	ended chan struct{}
+	// Set before ended is closed: the sequences given, by event id, and
+	// the round's error.
+	sequenced map[string]uint64
+	err       error
+}
+
+// sync returns once every intake row with an id from from on, committed
+// before the call, is sequenced, with the sequences of the events named by
+// ids (those it could not find are absent). A caller that finds no round
+// running runs one for itself and for everyone who arrives meanwhile.
+//
+// A pass reads the intake in id order from the lowest id its callers
+// staged, not from the start: the start of the index holds the rows
+// earlier passes deleted until InnoDB purges them, and walking those cost
+// every pass more than the rest of its work. Rows below that (staged by a
+// node that died, or by a commit whose own sync failed) are found by the
+// sweep, which syncs from 0.
+func (q *sequencer) sync(ctx context.Context, from uint64, ids ...string) (map[string]uint64, error) {
+	for attempt := 1; ; attempt++ {
+		out, err := q.syncOnce(ctx, from, ids)
+		if err != nil || len(out) == len(ids) || attempt == syncAttempts {
+			return out, err
+		}
+		// An event of ids was held by another node's pass, which then
+		// rolled back: it is in the intake still.
+	}
+}
+
+// syncAttempts bounds the rounds one sync runs for events another node's
+// failed pass held; what is left then waits for the sweep.
+const syncAttempts = 3
+
+// syncOnce is one round of sync.
+func (q *sequencer) syncOnce(ctx context.Context, from uint64, ids []string) (map[string]uint64, error) {
+	q.mu.Lock()
+	if q.requested == q.done && q.running == nil {
+		q.from = from // nobody is waiting: forget the last round's floor
+	}
+	q.requested++
+	q.from = min(q.from, from)
+	ticket := q.requested
+	var covered *round
+	for covered == nil {
+		if r := q.running; r != nil {
+			q.mu.Unlock()
+			select {
+			case <-r.ended:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			q.mu.Lock()
+			if r.err == nil && q.done >= ticket {
+				covered = r
+			}
+			continue
+		}
+		// Every sync up to target committed before this round's first
+		// pass reads the intake.
+		r := &round{ended: make(chan struct{})}
+		target, floor := q.requested, q.from
+		q.from = math.MaxUint64
+		q.running = r
+		q.mu.Unlock()
+		r.sequenced, r.err = q.runRound(ctx, floor)
+		if len(r.sequenced) > 0 {
+			q.appended.Notify()
+		}
+		q.mu.Lock()
+		q.running = nil
+		close(r.ended)
+		if r.err != nil {
+			// Those waiting on this round run the next one from its floor.
+			q.from = min(q.from, floor)
+			q.mu.Unlock()
+			return nil, r.err
+		}
+		q.done = max(q.done, target)
+		covered = r
+	}
+	q.mu.Unlock()
+	out := make(map[string]uint64, len(ids))
+	var missing []string
+	for _, id := range ids {
+		if seq, ok := covered.sequenced[id]; ok {
+			out[id] = seq
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		// Sequenced by another node's pass.
+		if err := sequencesOf(ctx, q.db, missing, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// round runs passes from intake id from on until one finds fewer rows than
+// a full batch, so that every such row committed before it began is
+// sequenced, by it or by a pass of another node whose locks it waited for.
+func (q *sequencer) runRound(ctx context.Context, from uint64) (map[string]uint64, error) {
+	sequenced := map[string]uint64{}
+	for {
+		n, err := sequencePass(ctx, q.db, from, sequenced)
+		if err != nil {
+			return sequenced, err
+		}
+		if n < sequenceBatch {
+			return sequenced, nil
+		}
+	}
+}
+
+// intakeRow is what a pass reads of an intake row.
+type intakeRow struct {
+	id      uint64
+	queueID string
+	eventID string
+}
+
+// sequencePass moves up to sequenceBatch committed intake rows with ids
+// from from on into the result log, numbering each queue's rows in intake
+// order, in one transaction. It records the sequences it gave in out and
+// returns how many rows it moved.
+func sequencePass(ctx context.Context, pool *sql.DB, from uint64, out map[string]uint64) (int, error) {
+	var moved []intakeRow
+	var given map[string]uint64
+	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
+		moved, given = nil, map[string]uint64{}
+		// SKIP LOCKED passes over rows whose transaction has not committed
+		// (an insert holds its row's lock until COMMIT; waiting for it
+		// would make every pass wait for the slowest append under way) and
+		// rows another node's pass holds: both are left to their own
+		// syncs.
+		rows, err := tx.QueryContext(ctx, `SELECT id, queue_id, event_id FROM result_intake WHERE id >= ? ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`, from, sequenceBatch)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var r intakeRow
+			if err := rows.Scan(&r.id, &r.queueID, &r.eventID); err != nil {
+				rows.Close()
+				return err
+			}
+			moved = append(moved, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(moved) == 0 {
+			return nil
+		}
+		// Heads are locked in queue order, so passes of two nodes never
+		// wait on each other in a cycle; within a queue, intake order.
+		byQueue := map[string][]intakeRow{}
+		for _, r := range moved {
+			byQueue[r.queueID] = append(byQueue[r.queueID], r)
+		}
+		queues := make([]string, 0, len(byQueue))
+		for q := range byQueue {
+			queues = append(queues, q)
+		}
+		slices.Sort(queues)
+		now := db.Now()
+		for _, queueID := range queues {
+			if err := sequenceQueue(ctx, tx, queueID, byQueue[queueID], now, given); err != nil {
+				return err
+			}
+		}
+		args := make([]any, len(moved))
+		for i, r := range moved {
+			args[i] = r.id
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM result_intake WHERE id IN (`+db.Placeholders(len(args))+`)`, args...)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("tasks: sequence the result log: %w", err)
+	}
+	for id, seq := range given {
+		out[id] = seq
+	}
+	return len(moved), nil
+}
+
+// sequenceQueue appends one queue's intake rows (in intake order) to its
+// log inside a pass, recording the sequence of each event in given.
+func sequenceQueue(ctx context.Context, tx *sql.Tx, queueID string, rows []intakeRow, now time.Time, given map[string]uint64) error {
+	n := len(rows)
+	// LAST_INSERT_ID(expr) hands the new head back in the statement's own
+	// reply; the head row stays locked until the pass commits.
+	res, err := tx.ExecContext(ctx, `
+		INSERT INTO queue_streams (queue_id, head_sequence, updated_at) VALUES (?, LAST_INSERT_ID(?), ?)
+		ON DUPLICATE KEY UPDATE head_sequence = LAST_INSERT_ID(head_sequence + ?), updated_at = VALUES(updated_at)`,
+		queueID, n, now, n)
+	if err != nil {
+		return fmt.Errorf("advance log head: %w", err)
+	}
+	head, err := res.LastInsertId()
+	if err != nil || head < int64(n) {
+		return fmt.Errorf("read log head: %d, %v", head, err)
+	}
+	base := uint64(head) - uint64(n)
+	args := make([]any, 0, n+1)
+	args = append(args, base)
+	for i, r := range rows {
+		args = append(args, r.id)
+		given[r.eventID] = base + uint64(i) + 1
+	}
+	// The rows are numbered in intake order by the database itself, so
+	// their bodies never travel to this process.
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO result_events (queue_id, sequence, id, type, task_id, task_revision, occurred_at, details, snapshot)
+		SELECT queue_id, ? + ROW_NUMBER() OVER (ORDER BY id), event_id, type, task_id, task_revision, occurred_at, details, snapshot
+		FROM result_intake WHERE id IN (`+db.Placeholders(n)+`)`, args...); err != nil {
+		return fmt.Errorf("append events: %w", err)
+	}
+	return nil
+}
+
+// sequencesOf adds to out the sequences of the logged events among ids.
+func sequencesOf(ctx context.Context, q Querier, ids []string, out map[string]uint64) error {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := q.QueryContext(ctx, `SELECT id, sequence FROM result_events WHERE id IN (`+db.Placeholders(len(ids))+`)`, args...)
+	if err != nil {
+		return fmt.Errorf("tasks: read sequences: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var seq uint64
+		if err := rows.Scan(&id, &seq); err != nil {
+			return fmt.Errorf("tasks: read sequences: %w", err)
+		}
+		out[id] = seq
+	}
+	return rows.Err()
+}
+
+// intakeKey keys a transaction's staged events (db.TxValue).
+type intakeKey struct{}
+
+// stagedEvents are the events one transaction staged in the intake, and
+// the lowest intake id among them.
+type stagedEvents struct {
+	events []*Event
+	from   uint64
+}
+
+// sequenceAfterCommit makes the commit of tx, which staged ev in the
+// intake, wait for the sequences of all the events it staged and set
+// them: one sync for the whole transaction. A pass that fails leaves the
+// events in the intake for the next pass (the sweep's, at the latest) and
+// is logged; the write itself has committed and stands.
+func sequenceAfterCommit(ctx context.Context, tx *sql.Tx, ev *Event, intakeID uint64) {
+	staged := db.TxValue(tx, intakeKey{}, func() *stagedEvents {
+		staged := &stagedEvents{from: intakeID}
+		q := sequencerOf(db.Pool(tx))
+		db.OnCommit(tx, func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sequenceTimeout)
+			defer cancel()
+			ids := make([]string, len(staged.events))
+			for i, ev := range staged.events {
+				ids[i] = ev.ID
+			}
+			seqs, err := q.sync(ctx, staged.from, ids...)
+			if err != nil {
+				slog.Warn("result log: sequencing after a commit failed; the next pass takes its events", "events", len(ids), "err", err)
+				return
+			}
+			for _, ev := range staged.events {
+				ev.Sequence = httpx.Uint64(seqs[ev.ID])
+			}
+		})
+		return staged
+	})
+	staged.events = append(staged.events, ev)
+	staged.from = min(staged.from, intakeID)
+}
