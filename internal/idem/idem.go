@@ -1,11 +1,15 @@
 // Package idem makes management writes idempotent (C-13, C-14).
 //
-// A write runs inside one transaction that first inserts its idempotency
-// record, keyed by (credential, operation, key). A concurrent request with the
-// same key blocks on that unique key until the first commits or rolls back, so
-// exactly one performs the change; the others then read the committed record.
-// The receipt is stored in the same transaction as the change it guards, so a
-// crash never leaves one without the other.
+// A write runs inside one transaction that performs the change and then
+// inserts its idempotency record, with the receipt, keyed by (credential,
+// operation, key). Of concurrent requests with the same key exactly one
+// commits: the others' inserts block on that unique key until the first
+// commits, fail as duplicates, roll their change back and read the
+// committed record. A concurrent request whose change fails because the
+// first's change came before it (a second cancel of the same task, say)
+// also looks for the record and replays it. The receipt is stored in the
+// same transaction as the change it guards, so a crash never leaves one
+// without the other.
 //
 // Failed writes store nothing: a request that got an error may be retried with
 // the same key and is evaluated afresh.
@@ -65,16 +69,6 @@ func Do(ctx context.Context, pool *sql.DB, req Request, change Change) (Receipt,
 	digest := sha256.Sum256(canonical)
 	var receipt Receipt
 	err = db.Tx(ctx, pool, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `
-			INSERT INTO idempotency_records (credential_id, operation, idem_key, request_digest, status, receipt, created_at)
-			VALUES (?, ?, ?, ?, 0, '', ?)`,
-			req.CredentialID, req.Operation, req.Key, digest[:], db.Now())
-		if db.IsDuplicateKey(err) {
-			return errReplay
-		}
-		if err != nil {
-			return err
-		}
 		status, data, err := change(ctx, tx)
 		if err != nil {
 			return err
@@ -86,10 +80,16 @@ func Do(ctx context.Context, pool *sql.DB, req Request, change Change) (Receipt,
 		if len(body) < 2 || body[0] != '{' || body[len(body)-1] != '}' {
 			return fmt.Errorf("idem: receipt of %s is not a JSON object", req.Operation)
 		}
-		if _, err := tx.ExecContext(ctx, `
-			UPDATE idempotency_records SET status = ?, receipt = ?
-			WHERE credential_id = ? AND operation = ? AND idem_key = ?`,
-			status, body, req.CredentialID, req.Operation, req.Key); err != nil {
+		// The record is written once, after the change, with its receipt:
+		// one statement instead of a placeholder and its update.
+		_, err = tx.ExecContext(ctx, `
+			INSERT INTO idempotency_records (credential_id, operation, idem_key, request_digest, status, receipt, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			req.CredentialID, req.Operation, req.Key, digest[:], status, body, db.Now())
+		if db.IsDuplicateKey(err) {
+			return errReplay
+		}
+		if err != nil {
 			return err
 		}
 		receipt = Receipt{Status: status, Data: withDeduplicated(body, false)}
@@ -97,6 +97,14 @@ func Do(ctx context.Context, pool *sql.DB, req Request, change Change) (Receipt,
 	})
 	if errors.Is(err, errReplay) {
 		return replay(ctx, pool, req, digest)
+	}
+	var refused *httpx.Error
+	if errors.As(err, &refused) {
+		// The change was refused; if a request with the same key committed
+		// first, its change is why, and this is its repeat.
+		if receipt, found, lookErr := recorded(ctx, pool, req, digest); found {
+			return receipt, lookErr
+		}
 	}
 	if err != nil {
 		return Receipt{}, err
@@ -111,6 +119,19 @@ var errReplay = errors.New("idem: key already used")
 
 // replay reads the committed record of a key that another transaction wrote.
 func replay(ctx context.Context, pool *sql.DB, req Request, digest [32]byte) (Receipt, error) {
+	receipt, found, err := recorded(ctx, pool, req, digest)
+	if err == nil && !found {
+		// The winner rolled back between our duplicate error and this read:
+		// nothing was changed, the client may simply retry.
+		return Receipt{}, httpx.Errorf(httpx.CodeUnavailable, "a concurrent request with this Idempotency-Key did not complete; retry")
+	}
+	return receipt, err
+}
+
+// recorded reads the committed record of a key: its receipt as a replay,
+// IDEMPOTENCY_CONFLICT when it was written for another request, found
+// false when there is none.
+func recorded(ctx context.Context, pool *sql.DB, req Request, digest [32]byte) (_ Receipt, found bool, _ error) {
 	var (
 		stored []byte
 		status int
@@ -121,17 +142,15 @@ func replay(ctx context.Context, pool *sql.DB, req Request, digest [32]byte) (Re
 		WHERE credential_id = ? AND operation = ? AND idem_key = ?`,
 		req.CredentialID, req.Operation, req.Key).Scan(&stored, &status, &body)
 	if errors.Is(err, sql.ErrNoRows) {
-		// The winner rolled back between our duplicate error and this read:
-		// nothing was changed, the client may simply retry.
-		return Receipt{}, httpx.Errorf(httpx.CodeUnavailable, "a concurrent request with this Idempotency-Key did not complete; retry")
+		return Receipt{}, false, nil
 	}
 	if err != nil {
-		return Receipt{}, fmt.Errorf("idem: read receipt: %w", err)
+		return Receipt{}, false, fmt.Errorf("idem: read receipt: %w", err)
 	}
 	if subtle.ConstantTimeCompare(stored, digest[:]) != 1 {
-		return Receipt{}, httpx.Errorf(httpx.CodeIdempotencyConflict, "Idempotency-Key was already used with a different request")
+		return Receipt{}, true, httpx.Errorf(httpx.CodeIdempotencyConflict, "Idempotency-Key was already used with a different request")
 	}
-	return Receipt{Status: http.StatusOK, Data: withDeduplicated(body, true), Deduplicated: true}, nil
+	return Receipt{Status: http.StatusOK, Data: withDeduplicated(body, true), Deduplicated: true}, true, nil
 }
 
 // withDeduplicated appends the "deduplicated" member to a JSON object.
