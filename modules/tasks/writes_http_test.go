@@ -157,6 +157,33 @@ func TestT1_WritesAreIdempotent(t *testing.T) {
 				t.Fatalf("the same key on another task must cancel that task: %s", r.Body)
 			}
 		})
+		t.Run("ConcurrentRepeatsReplay", func(t *testing.T) {
+			// The requests that lose the race find the task already
+			// cancelled; their key's receipt, not a STATE_CONFLICT, answers.
+			pending := e.submit(t, c, submitBody(c.QueueID, `{}`))
+			key, path := newKey(), "/v1/tasks/"+pending.ID+":cancel"
+			const n = 8
+			replies := make([]*servertest.Response, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() { replies[i] = e.post(t, c, path, key, body) })
+			}
+			wg.Wait()
+			firsts := 0
+			for _, r := range replies {
+				wantStatus(t, r, http.StatusOK)
+				rc := decodeReceipt(t, r)
+				if !rc.Deduplicated {
+					firsts++
+				}
+				if rc.Task.ID != pending.ID || rc.Task.State != tasks.StateCancelled {
+					t.Fatalf("receipt %s, want the cancelled task", r.Body)
+				}
+			}
+			if firsts != 1 {
+				t.Fatalf("%d replies were not deduplicated, want exactly 1", firsts)
+			}
+		})
 		t.Run("MissingKey", func(t *testing.T) {
 			pending := e.submit(t, c, submitBody(c.QueueID, `{}`))
 			wantError(t, e.post(t, c, "/v1/tasks/"+pending.ID+":cancel", "", `{}`), http.StatusBadRequest, "INVALID_ARGUMENT")
