@@ -194,7 +194,15 @@ func (s *Store) AttemptLease(ctx context.Context, sessionID string, grant auth.G
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		for _, t := range picked {
+		if len(picked) == 0 {
+			return nil
+		}
+		// The leases are written together: one UPDATE of the tasks, one
+		// INSERT of their attempts.
+		var c changes
+		values := make([]string, len(picked))
+		args := make([]any, 0, 8*len(picked))
+		for i, t := range picked {
 			secret, digest := auth.NewLeaseSecret()
 			a := Assignment{Task: t, AttemptID: db.NewID(), LeaseUntil: now.Add(leaseDuration), LeaseSecret: secret}
 			t.Attempts++
@@ -202,18 +210,20 @@ func (s *Store) AttemptLease(ctx context.Context, sessionID string, grant auth.G
 			t.CurrentAttemptID = a.AttemptID
 			t.CancelRequested = false
 			a.Epoch = t.LeaseEpoch
-			if _, err := transition(ctx, tx, t, StateRunning, "", eventDetails{}); err != nil {
+			if _, err := c.transition(t, StateRunning, "", eventDetails{}); err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, `
-				INSERT INTO task_attempts (id, task_id, queue_id, session_id, epoch, lease_secret_digest, lease_until, state, started_at)
-				VALUES (?, ?, ?, ?, ?, ?, ?, 'RUNNING', ?)`,
-				a.AttemptID, t.ID, t.QueueID, sessionID, a.Epoch, digest[:], a.LeaseUntil, now); err != nil {
-				return err
-			}
+			values[i] = "(?, ?, ?, ?, ?, ?, ?, 'RUNNING', ?)"
+			args = append(args, a.AttemptID, t.ID, t.QueueID, sessionID, a.Epoch, digest[:], a.LeaseUntil, now)
 			out = append(out, a)
 		}
-		return nil
+		if err := c.write(ctx, tx); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `
+			INSERT INTO task_attempts (id, task_id, queue_id, session_id, epoch, lease_secret_digest, lease_until, state, started_at)
+			VALUES `+strings.Join(values, ", "), args...)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("tasks: lease: %w", err)
@@ -254,12 +264,22 @@ func attemptLock(ctx context.Context, tx *sql.Tx, p *Proof) (*attemptRow, error)
 	if err != nil {
 		return nil, err
 	}
+	return a.check(p)
+}
+
+// check returns a when p proves its lease, checked in constant time, and
+// ErrLeaseLost for a missing attempt (a nil a) or any mismatch,
+// indistinguishable from a lost lease.
+func (a *attemptRow) check(p *Proof) (*attemptRow, error) {
+	if a == nil {
+		return nil, errLeaseLost
+	}
 	digest := sha256.Sum256([]byte(p.LeaseSecret))
 	ok := subtle.ConstantTimeCompare(a.digest, digest[:]) == 1
 	if !ok || a.taskID != p.TaskID || a.epoch != p.Epoch || (p.QueueID != "" && a.queueID != p.QueueID) {
 		return nil, errLeaseLost
 	}
-	return &a, nil
+	return a, nil
 }
 
 // AttemptCompleteParams are a worker's report of an attempt's outcome.
@@ -308,18 +328,20 @@ type CompleteOutcome struct {
 }
 
 // AttemptCompleteBatch applies workers' outcomes (T-5, T-7) in one transaction, so
-// that completions arriving together share one commit and one hold of each
-// queue's log head. Each completion is judged on its own: idempotent by the
-// proof (a repeat, in this batch or later, gets the original reply with
-// Deduplicated); a proof that is not the task's current lease gets
-// ErrLeaseLost in its outcome and changes nothing; one whose grant no longer
-// holds gets the error of auth.GrantChecker.CheckGrants. A lease whose time ran out may
-// still complete until the sweeper has expired it. An error means nothing
-// was applied.
+// that completions arriving together share one commit. Each completion is
+// judged on its own: idempotent by the proof (a repeat, in this batch or
+// later, gets the original reply with Deduplicated); a proof that is not
+// the task's current lease gets ErrLeaseLost in its outcome and changes
+// nothing; one whose grant no longer holds gets the error of
+// auth.GrantChecker.CheckGrants. A lease whose time ran out may still
+// complete until the sweeper has expired it. An error means nothing was
+// applied.
 //
-// Attempts and tasks are locked first, in task order, and the log heads
-// after, in queue order, so concurrent batches never wait on each other in
-// a cycle.
+// The batch costs the same statements whatever its size: one locks every
+// attempt it names, one every task, and one each saves the tasks, appends
+// the events and closes the attempts. Attempts are locked before tasks,
+// each in primary-key order, so concurrent batches never wait on each other
+// in a cycle.
 func (s *Store) AttemptCompleteBatch(ctx context.Context, completions []*AttemptCompleteParams) ([]CompleteOutcome, error) {
 	order := make([]int, len(completions))
 	for i := range order {
@@ -339,62 +361,69 @@ func (s *Store) AttemptCompleteBatch(ctx context.Context, completions []*Attempt
 		if err != nil {
 			return err
 		}
-		type locked struct {
-			i int
-			t *Task
-		}
-		var apply []locked
-		first := map[string]int{} // attempt id → the completion that applies it
-		var repeats []int
+		var candidates []int
+		var attemptIDs []string
 		for _, i := range order {
-			p := completions[i]
-			if denied[i] != nil {
+			switch p := completions[i]; {
+			case denied[i] != nil:
 				outcomes[i].Err = denied[i]
-				continue
+			case !ValidOutcome(p.Outcome):
+				outcomes[i].Err = errInvalidOutcome
+			default:
+				candidates = append(candidates, i)
+				attemptIDs = append(attemptIDs, p.AttemptID)
 			}
+		}
+		attempts, err := attemptsLock(ctx, tx, attemptIDs)
+		if err != nil {
+			return err
+		}
+		// first is the completion that answers for an attempt; a repeat
+		// of its proof within the batch is answered like a repeat after
+		// it.
+		first := map[string]int{}
+		var repeats, pending []int
+		var taskIDs []string
+		for _, i := range candidates {
+			p := completions[i]
 			if _, ok := first[p.AttemptID]; ok {
 				repeats = append(repeats, i)
 				continue
 			}
-			if !ValidOutcome(p.Outcome) {
-				outcomes[i].Err = errInvalidOutcome
-				continue
-			}
-			a, err := attemptLock(ctx, tx, &p.Proof)
-			if errors.Is(err, errLeaseLost) {
+			a, err := attempts[p.AttemptID].check(&p.Proof)
+			switch {
+			case err != nil:
 				outcomes[i].Err = err
 				continue
-			}
-			if err != nil {
-				return err
-			}
-			if a.state == attemptCompleted && a.reply.Valid {
+			case a.state == attemptCompleted && a.reply.Valid:
 				if err := json.Unmarshal([]byte(a.reply.String), &outcomes[i].Reply); err != nil {
 					return fmt.Errorf("tasks: stored reply: %w", err)
 				}
 				outcomes[i].Reply.Deduplicated = true
 				continue
-			}
-			if a.state != AttemptRunning {
-				outcomes[i].Err = errLeaseLost
-				continue
-			}
-			t, err := taskLock(ctx, tx, p.TaskID)
-			if err != nil {
-				return err
-			}
-			if t.State != StateRunning || t.CurrentAttemptID != p.AttemptID {
+			case a.state != AttemptRunning:
 				outcomes[i].Err = errLeaseLost
 				continue
 			}
 			first[p.AttemptID] = i
-			apply = append(apply, locked{i: i, t: t})
+			pending = append(pending, i)
+			taskIDs = append(taskIDs, p.TaskID)
 		}
-		slices.SortStableFunc(apply, func(a, b locked) int { return strings.Compare(a.t.QueueID, b.t.QueueID) })
+		tasks, err := tasksLock(ctx, tx, taskIDs)
+		if err != nil {
+			return err
+		}
+		var c changes
+		var closed []attemptClose
 		now := db.Now()
-		for _, l := range apply {
-			p, t := completions[l.i], l.t
-			ev, err := s.applyOutcome(ctx, tx, t, p)
+		for _, i := range pending {
+			p := completions[i]
+			t := tasks[p.TaskID]
+			if t == nil || t.State != StateRunning || t.CurrentAttemptID != p.AttemptID {
+				outcomes[i].Err = errLeaseLost
+				continue
+			}
+			ev, err := s.applyOutcome(&c, t, p)
 			if err != nil {
 				return err
 			}
@@ -403,16 +432,22 @@ func (s *Store) AttemptCompleteBatch(ctx context.Context, completions []*Attempt
 			if err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, `UPDATE task_attempts SET state = 'COMPLETED', outcome = ?, reply = ?, ended_at = ? WHERE id = ?`,
-				p.Outcome, string(stored), now, p.AttemptID); err != nil {
-				return err
-			}
-			outcomes[l.i] = CompleteOutcome{Reply: reply, Event: ev, Trace: t.Trace}
+			closed = append(closed, attemptClose{id: p.AttemptID, outcome: p.Outcome, reply: string(stored)})
+			outcomes[i] = CompleteOutcome{Reply: reply, Event: ev, Trace: t.Trace}
 		}
-		// A repeat of a proof within the batch is answered like a repeat
-		// after it: the original reply, deduplicated.
+		if err := c.write(ctx, tx); err != nil {
+			return err
+		}
+		if err := attemptsClose(ctx, tx, closed, now); err != nil {
+			return err
+		}
 		for _, i := range repeats {
-			outcomes[i] = CompleteOutcome{Reply: outcomes[first[completions[i].AttemptID]].Reply}
+			answer := outcomes[first[completions[i].AttemptID]]
+			if answer.Err != nil {
+				outcomes[i].Err = answer.Err
+				continue
+			}
+			outcomes[i] = CompleteOutcome{Reply: answer.Reply}
 			outcomes[i].Reply.Deduplicated = true
 		}
 		return nil
@@ -428,28 +463,118 @@ func (s *Store) AttemptCompleteBatch(ctx context.Context, completions []*Attempt
 	return outcomes, nil
 }
 
-func (s *Store) applyOutcome(ctx context.Context, tx *sql.Tx, t *Task, p *AttemptCompleteParams) (*Event, error) {
+// attemptsLock locks the attempts with the given ids (in primary-key
+// order) and returns them by id; absent ones are missing.
+func attemptsLock(ctx context.Context, tx *sql.Tx, ids []string) (map[string]*attemptRow, error) {
+	out := make(map[string]*attemptRow, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT id, task_id, queue_id, epoch, lease_secret_digest, state, reply FROM task_attempts
+		WHERE id IN (`+db.Placeholders(len(ids))+`) ORDER BY id FOR UPDATE`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var a attemptRow
+		if err := rows.Scan(&id, &a.taskID, &a.queueID, &a.epoch, &a.digest, &a.state, &a.reply); err != nil {
+			return nil, err
+		}
+		out[id] = &a
+	}
+	return out, rows.Err()
+}
+
+// tasksLock locks the tasks with the given ids (in primary-key order) and
+// returns them by id; absent ones are missing.
+func tasksLock(ctx context.Context, tx *sql.Tx, ids []string) (map[string]*Task, error) {
+	out := make(map[string]*Task, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT `+taskColumns+` FROM tasks
+		WHERE id IN (`+db.Placeholders(len(ids))+`) ORDER BY id FOR UPDATE`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: lock: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, fmt.Errorf("tasks: lock: %w", err)
+		}
+		out[t.ID] = t
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("tasks: lock: %w", err)
+	}
+	return out, nil
+}
+
+// attemptClose is a completed attempt's outcome and stored reply.
+type attemptClose struct {
+	id, outcome, reply string
+}
+
+// attemptsClose marks attempts COMPLETED with their outcomes and replies,
+// in one statement.
+func attemptsClose(ctx context.Context, tx *sql.Tx, closed []attemptClose, now time.Time) error {
+	if len(closed) == 0 {
+		return nil
+	}
+	if len(closed) == 1 {
+		_, err := tx.ExecContext(ctx, `UPDATE task_attempts SET state = 'COMPLETED', outcome = ?, reply = ?, ended_at = ? WHERE id = ?`,
+			closed[0].outcome, closed[0].reply, now, closed[0].id)
+		return err
+	}
+	rows := make([]string, len(closed))
+	args := make([]any, 0, 3*len(closed)+1)
+	for i, a := range closed {
+		rows[i] = `SELECT ?, ?, ?`
+		if i == 0 {
+			rows[i] = `SELECT ? AS id, ? AS outcome, ? AS reply`
+		}
+		args = append(args, a.id, a.outcome, a.reply)
+	}
+	args = append(args, now)
+	// As in tasksSave, the new values first, each attempt by its key.
+	_, err := tx.ExecContext(ctx, `UPDATE (`+strings.Join(rows, " UNION ALL ")+`) v STRAIGHT_JOIN task_attempts a ON a.id = v.id
+		SET a.state = 'COMPLETED', a.outcome = v.outcome, a.reply = v.reply, a.ended_at = ?`, args...)
+	return err
+}
+
+func (s *Store) applyOutcome(c *changes, t *Task, p *AttemptCompleteParams) (*Event, error) {
 	switch p.Outcome {
 	case OutcomeSucceeded:
 		t.Result, t.ErrorCode, t.ErrorMessage = p.Result, "", ""
-		return transition(ctx, tx, t, StateSucceeded, EventSucceeded, eventDetails{Reason: reasonCompleted})
+		return c.transition(t, StateSucceeded, EventSucceeded, eventDetails{Reason: reasonCompleted})
 	case OutcomeFailed:
 		t.ErrorCode, t.ErrorMessage = p.ErrorCode, p.ErrorMessage
 		if t.Idempotent && t.Attempts < t.MaxAttempts && !t.CancelRequested {
 			t.AvailableAt = db.Now().Add(s.Backoff(t.Attempts))
-			return transition(ctx, tx, t, StatePending, EventRequeued, eventDetails{Reason: reasonAttemptFailed, ErrorCode: p.ErrorCode})
+			return c.transition(t, StatePending, EventRequeued, eventDetails{Reason: reasonAttemptFailed, ErrorCode: p.ErrorCode})
 		}
 		t.Result = p.Result
-		return transition(ctx, tx, t, StateFailed, EventFailed, eventDetails{Reason: reasonAttemptFailed, ErrorCode: p.ErrorCode})
+		return c.transition(t, StateFailed, EventFailed, eventDetails{Reason: reasonAttemptFailed, ErrorCode: p.ErrorCode})
 	case OutcomeNeedsReview:
 		t.Result = p.Result
-		return transition(ctx, tx, t, StateNeedsReview, EventNeedsReview, eventDetails{Reason: reasonWorkerReview})
+		return c.transition(t, StateNeedsReview, EventNeedsReview, eventDetails{Reason: reasonWorkerReview})
 	case OutcomeCancelled:
 		reason := ReasonWorkerCancelled
 		if t.CancelRequested {
 			reason = reasonCancelRequested
 		}
-		return transition(ctx, tx, t, StateCancelled, EventCancelled, eventDetails{Reason: reason})
+		return c.transition(t, StateCancelled, EventCancelled, eventDetails{Reason: reason})
 	}
 	return nil, errInvalidOutcome
 }

@@ -164,8 +164,10 @@ type Event struct {
 	Snapshot          json.RawMessage `json:"snapshot"`
 
 	// queueID and namespaceID label the metrics of an event appended by
-	// this node; they are not part of the wire form.
+	// this node, and occurredAt is its time as the intake stores it; they
+	// are not part of the wire form.
 	queueID, namespaceID string
+	occurredAt           time.Time
 
 	// Trace is the trace context of the event's task, read only with the
 	// events a claim delivers (EventsBySequence); never part of the event's

@@ -20,10 +20,9 @@ import (
 // sequence after the COMMIT, before the write returns. See sequencer.go for
 // why sequences still become visible in commit order and without gaps.
 
-// appendEvent appends one event for t (already updated to its new state) to
-// its queue's log inside tx and returns the event, whose Sequence is set
-// once tx has committed and the event is sequenced.
-func appendEvent(ctx context.Context, tx *sql.Tx, t *Task, eventType string, details eventDetails, now time.Time) (*Event, error) {
+// newEvent makes the event of t's change (t already updated to its new
+// state) at now; changes.write appends it.
+func newEvent(t *Task, eventType string, details eventDetails, now time.Time) (*Event, error) {
 	snapshot, err := json.Marshal(taskSnapshot{
 		SchemaVersion: 1, TaskID: t.ID, QueueID: t.QueueID, State: t.State,
 		Revision: httpx.Uint64(t.Revision), EffectUncertain: t.EffectUncertain,
@@ -36,24 +35,11 @@ func appendEvent(ctx context.Context, tx *sql.Tx, t *Task, eventType string, det
 	if err != nil {
 		return nil, fmt.Errorf("tasks: encode details: %w", err)
 	}
-	ev := &Event{
+	return &Event{
 		ID: db.NewID(), Type: eventType, AggregateKind: "task",
 		AggregateID: t.ID, AggregateRevision: httpx.Uint64(t.Revision), OccurredAt: httpx.FormatTime(now),
-		Details: detailsJSON, Snapshot: snapshot, queueID: t.QueueID, namespaceID: t.NamespaceID,
-	}
-	res, err := tx.ExecContext(ctx, `
-		INSERT INTO result_intake (queue_id, event_id, type, task_id, task_revision, occurred_at, details, snapshot)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		t.QueueID, ev.ID, eventType, t.ID, t.Revision, now, detailsJSON, snapshot)
-	if err != nil {
-		return nil, fmt.Errorf("tasks: append event: %w", err)
-	}
-	intakeID, err := res.LastInsertId()
-	if err != nil {
-		return nil, fmt.Errorf("tasks: append event: %w", err)
-	}
-	sequenceAfterCommit(ctx, tx, ev, uint64(intakeID))
-	return ev, nil
+		Details: detailsJSON, Snapshot: snapshot, queueID: t.QueueID, namespaceID: t.NamespaceID, occurredAt: now,
+	}, nil
 }
 
 // Stream is the state of one queue's log.

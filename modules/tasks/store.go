@@ -203,56 +203,6 @@ func taskLock(ctx context.Context, tx *sql.Tx, id string) (*Task, error) {
 	return t, err
 }
 
-// taskSave writes every mutable column of t.
-func taskSave(ctx context.Context, tx *sql.Tx, t *Task) error {
-	var result, attempt, errCode, errMsg any
-	if t.Result != nil {
-		result = string(t.Result)
-	}
-	if t.CurrentAttemptID != "" {
-		attempt = t.CurrentAttemptID
-	}
-	if t.ErrorCode != "" {
-		errCode = t.ErrorCode
-	}
-	if t.ErrorMessage != "" {
-		errMsg = t.ErrorMessage
-	}
-	_, err := tx.ExecContext(ctx, `
-		UPDATE tasks SET state = ?, revision = ?, max_attempts = ?, attempts = ?, effect_uncertain = ?,
-			cancel_requested = ?, current_attempt_id = ?, lease_epoch = ?, result = ?, error_code = ?,
-			error_message = ?, available_at = ?, updated_at = ?, finished_at = ?
-		WHERE id = ?`,
-		t.State, t.Revision, t.MaxAttempts, t.Attempts, t.EffectUncertain, t.CancelRequested, attempt, t.LeaseEpoch,
-		result, errCode, errMsg, t.AvailableAt, t.UpdatedAt, t.FinishedAt, t.ID)
-	if err != nil {
-		return fmt.Errorf("tasks: save: %w", err)
-	}
-	return nil
-}
-
-// transition moves t to state, bumps its revision and, for a result or a
-// requeue, appends the matching event. It saves t.
-func transition(ctx context.Context, tx *sql.Tx, t *Task, state, eventType string, details eventDetails) (*Event, error) {
-	now := db.Now()
-	t.State = state
-	t.Revision++
-	t.UpdatedAt = now
-	if isFinal(state) {
-		t.FinishedAt = &now
-	} else {
-		t.FinishedAt = nil
-	}
-	if err := taskSave(ctx, tx, t); err != nil {
-		return nil, err
-	}
-	if eventType == "" {
-		return nil, nil
-	}
-	details.State = state
-	return appendEvent(ctx, tx, t, eventType, details, now)
-}
-
 // taskListParams filter and page a queue's tasks, newest first.
 type taskListParams struct {
 	QueueID string
