@@ -141,7 +141,7 @@ func deliveryMaterializeAll(ctx context.Context, pool *sql.DB, log Log, batch in
 }
 
 // behind returns the enabled subscriptions whose cursor is below their
-// queue's committed head.
+// queue's committed head and whose backlog has room.
 func behind(ctx context.Context, pool *sql.DB, log Log) ([]string, error) {
 	rows, err := pool.QueryContext(ctx, `SELECT id, queue_id, cursor_sequence FROM subscriptions WHERE enabled = 1`)
 	if err != nil {
@@ -175,13 +175,36 @@ func behind(ctx context.Context, pool *sql.DB, log Log) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
+	var ids []any
 	for _, c := range cursors {
 		if c.seq < heads[c.queueID] {
 			ids = append(ids, c.id)
 		}
 	}
-	return ids, nil
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	// Of those, only the ones with room in their backlog: materialising a
+	// full one is a transaction that locks it, finds no room and commits
+	// nothing, and a node with many full backlogs ran one per full
+	// subscription on every append. An ACK that frees room wakes the
+	// materialiser, which then finds the subscription here again.
+	rows, err = pool.QueryContext(ctx, `SELECT s.id FROM subscriptions s WHERE s.id IN (`+db.Placeholders(len(ids))+`)
+		AND s.max_pending > (SELECT COUNT(*) FROM event_deliveries d
+			WHERE d.subscription_id = s.id AND d.state IN ('PENDING', 'LEASED', 'EXPIRED'))`, ids...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var roomy []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		roomy = append(roomy, id)
+	}
+	return roomy, rows.Err()
 }
 
 // retentionHeld returns the lowest sequence in [from, to) of a queue's log

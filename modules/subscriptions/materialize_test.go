@@ -258,3 +258,37 @@ func TestE8_ClaimRecoverAckStateMachine(t *testing.T) {
 		t.Fatalf("pending_count %d, want 1 (two of three acknowledged)", got.PendingCount)
 	}
 }
+
+// TestS23_FullBacklogsAreNotVisited: the background materialiser looks
+// only at subscriptions that are behind and have room; one whose backlog
+// is full is left alone (not locked on every append) until room frees.
+func TestS23_FullBacklogsAreNotVisited(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t)
+	f.appendEvents(t, 10)
+	full := f.create(t, "full", nil, zero(), 3)
+	roomy := f.create(t, "roomy", nil, zero(), 100)
+	if _, err := deliveryMaterializeAll(ctx, f.db, f.log, 100, func(id string, err error) { t.Error(id, err) }); err != nil {
+		t.Fatal(err)
+	}
+	f.appendEvents(t, 2)
+	ids, err := behind(ctx, f.db, f.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 1 || ids[0] != roomy.ID {
+		t.Fatalf("behind %v, want only %s (roomy); %s is full", ids, roomy.ID, full.ID)
+	}
+	// One of the full backlog's deliveries leaves it: it has room again.
+	if _, err := f.db.ExecContext(ctx, `UPDATE event_deliveries SET state = 'ACKED', revision = revision + 1
+		WHERE subscription_id = ? AND sequence = 1`, full.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err = behind(ctx, f.db, f.log); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 2 {
+		t.Fatalf("behind %v, want both subscriptions once the full one has room", ids)
+	}
+}
