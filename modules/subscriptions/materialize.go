@@ -189,22 +189,9 @@ func behind(ctx context.Context, pool *sql.DB, log Log) ([]string, error) {
 	// nothing, and a node with many full backlogs ran one per full
 	// subscription on every append. An ACK that frees room wakes the
 	// materialiser, which then finds the subscription here again.
-	rows, err = pool.QueryContext(ctx, `SELECT s.id FROM subscriptions s WHERE s.id IN (`+db.Placeholders(len(ids))+`)
+	return db.QueryStrings(ctx, pool, `SELECT s.id FROM subscriptions s WHERE s.id IN (`+db.Placeholders(len(ids))+`)
 		AND s.max_pending > (SELECT COUNT(*) FROM event_deliveries d
 			WHERE d.subscription_id = s.id AND d.state IN ('PENDING', 'LEASED', 'EXPIRED'))`, ids...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var roomy []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		roomy = append(roomy, id)
-	}
-	return roomy, rows.Err()
 }
 
 // retentionHeld returns the lowest sequence in [from, to) of a queue's log
