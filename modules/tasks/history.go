@@ -44,10 +44,13 @@ func (m *Module) QueueCounts(ctx context.Context, queueID string) (QueueCounts, 
 // TaskHistory returns a task's attempts in epoch order and the events it
 // appended to its queue's result log in revision order (those retention
 // has not purged), at most historyLimit of each. The caller checks that
-// its principal may read the task (as GET /v1/tasks/{id} does). Two
-// indexed reads.
+// its principal may read the task (as GET /v1/tasks/{id} does). Three
+// indexed reads (the first waits for events not yet sequenced).
 func (m *Module) TaskHistory(ctx context.Context, taskID string) ([]AttemptView, []Event, error) {
 	q := m.store.pool()
+	if err := m.store.awaitSequenced(ctx, taskID); err != nil {
+		return nil, nil, err
+	}
 	rows, err := q.QueryContext(ctx, `
 		SELECT id, epoch, state, COALESCE(outcome, ''), session_id, started_at, ended_at
 		FROM task_attempts WHERE task_id = ? ORDER BY epoch LIMIT ?`, taskID, historyLimit)

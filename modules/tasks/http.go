@@ -141,6 +141,9 @@ func (m *Module) get(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return TaskView{}, err
 		}
+		if err := m.store.awaitSequenced(r.Context(), t.ID); err != nil {
+			return TaskView{}, err
+		}
 		return t.view(true), nil
 	})
 }
@@ -164,6 +167,13 @@ func (m *Module) list(w http.ResponseWriter, r *http.Request) {
 		}
 		rows, err := taskList(r.Context(), m.store.pool(), &taskListParams{QueueID: queueID, State: state, ListPage: httpx.ListPage{Limit: limit, After: after}})
 		if err != nil {
+			return page, err
+		}
+		ids := make([]string, len(rows))
+		for i, t := range rows {
+			ids[i] = t.ID
+		}
+		if err := m.store.awaitSequenced(r.Context(), ids...); err != nil {
 			return page, err
 		}
 		return httpx.NewPage(rows, limit, binding,

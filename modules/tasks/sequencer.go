@@ -361,3 +361,29 @@ func sequenceAfterCommit(ctx context.Context, tx *sql.Tx, ev *Event, intakeID ui
 	staged.events = append(staged.events, ev)
 	staged.from = min(staged.from, intakeID)
 }
+
+// awaitSequenced returns once the events the given tasks committed so far
+// are sequenced: a read of their state calls it after reading them, so
+// that whoever sees a task's new state through the API finds the change's
+// event in the log too, as when the append numbered it in the change's own
+// transaction. It costs one indexed read when nothing waits, which is
+// nearly always.
+func (s *Store) awaitSequenced(ctx context.Context, taskIDs ...string) error {
+	if len(taskIDs) == 0 {
+		return nil
+	}
+	args := make([]any, len(taskIDs))
+	for i, id := range taskIDs {
+		args[i] = id
+	}
+	var from sql.NullInt64
+	err := s.db.QueryRowContext(ctx, `SELECT MIN(id) FROM result_intake WHERE task_id IN (`+db.Placeholders(len(args))+`)`, args...).Scan(&from)
+	if err != nil {
+		return fmt.Errorf("tasks: look for unsequenced events: %w", err)
+	}
+	if !from.Valid {
+		return nil
+	}
+	_, err = s.seq.sync(ctx, uint64(from.Int64))
+	return err
+}

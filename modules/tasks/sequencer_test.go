@@ -165,3 +165,36 @@ func count(t *testing.T, pool *sql.DB, query string, args ...any) int {
 	}
 	return n
 }
+
+// TestT8_ReadingATaskWaitsForItsEventsSequence: whoever reads a task's
+// state (GET /v1/tasks/{id}, the list, the history) finds the event of
+// that state's change in the log: the read sequences the task's events
+// still in the intake before it answers.
+func TestT8_ReadingATaskWaitsForItsEventsSequence(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t, 1)
+	queue := f.queues[0]
+	ids := f.submit(t, queue, 2, false, 1)
+	// A change committed whose pass has not run yet.
+	if _, err := f.db.ExecContext(ctx, `INSERT INTO result_intake (queue_id, event_id, type, task_id, task_revision, occurred_at, details, snapshot)
+		VALUES (?, 'pending', 'task.cancelled', ?, 2, ?, '{}', '{}')`, queue, ids[0], db.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.awaitSequenced(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, f.db, `SELECT COUNT(*) FROM result_intake`); n != 1 {
+		t.Fatalf("reading another task sequenced its neighbour's event: %d intake rows left, want 1", n)
+	}
+	if err := f.store.awaitSequenced(ctx, ids...); err != nil {
+		t.Fatal(err)
+	}
+	events, err := EventListAfter(ctx, f.db, queue, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 1 || events[0].ID != "pending" || events[0].Sequence != 1 {
+		t.Fatalf("log %+v, want the task's event at 1", events)
+	}
+}

@@ -1,7 +1,8 @@
 -- The intake of the result log: an appending transaction writes its event
 -- here with the task change, without locking the queue's head row; the
 -- post-commit sequencer moves committed rows into result_events, numbering
--- them under the head row lock, many per transaction (T-9).
+-- them under the head row lock, many per transaction (T-9). Reads of a
+-- task's state look up its intake rows by task (see awaitSequenced).
 
 CREATE TABLE result_intake (
   id            BIGINT UNSIGNED NOT NULL AUTO_INCREMENT COMMENT 'intake order; a queue''s rows are sequenced in this order',
@@ -13,5 +14,6 @@ CREATE TABLE result_intake (
   occurred_at   DATETIME(6)     NOT NULL COMMENT 'time of the change, UTC',
   details       TEXT            CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL COMMENT 'event details JSON',
   snapshot      MEDIUMTEXT      CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL COMMENT 'immutable task snapshot JSON',
-  PRIMARY KEY (id)
+  PRIMARY KEY (id),
+  KEY ix_result_intake_task (task_id)
 ) ENGINE=InnoDB COMMENT='committed result events waiting for their sequence in their queue''s log';
