@@ -106,3 +106,34 @@ func TestO2_OnCommitRunsOnlyAfterCommit(t *testing.T) {
 		t.Errorf("hook of a rolled back transaction ran %d times", ran)
 	}
 }
+
+// TestTxValueIsOnePerAttempt: the writes of one transaction attempt share
+// one value (made once), a retried attempt starts with a new one, and Pool
+// names the pool the transaction runs on.
+func TestTxValueIsOnePerAttempt(t *testing.T) {
+	t.Parallel()
+	pool, _ := setup(t)
+	type key struct{}
+	made := 0
+	var values []*int
+	attempts := 0
+	err := db.Tx(context.Background(), pool, func(tx *sql.Tx) error {
+		attempts++
+		if db.Pool(tx) != pool {
+			t.Error("Pool did not name the transaction's pool")
+		}
+		mk := func() *int { made++; return new(int) }
+		a, b := db.TxValue(tx, key{}, mk), db.TxValue(tx, key{}, mk)
+		if a != b {
+			t.Error("two calls in one attempt made two values")
+		}
+		values = append(values, a)
+		if attempts == 1 {
+			return &mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock"}
+		}
+		return nil
+	})
+	if err != nil || attempts != 2 || made != 2 || values[0] == values[1] {
+		t.Errorf("err %v, %d attempts, %d values made; want nil, 2 attempts, one value each", err, attempts, made)
+	}
+}

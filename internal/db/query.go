@@ -16,6 +16,15 @@ func Placeholders(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
 }
 
+// Args returns vs as query arguments, for an IN list of Placeholders.
+func Args[T any](vs []T) []any {
+	args := make([]any, len(vs))
+	for i, v := range vs {
+		args[i] = v
+	}
+	return args
+}
+
 // QueryStrings runs a query that selects one string column and returns its
 // values in order.
 func QueryStrings(ctx context.Context, q Querier, query string, args ...any) ([]string, error) {

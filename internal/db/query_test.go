@@ -41,3 +41,18 @@ func TestQueryAll_ScansEveryRowInOrder(t *testing.T) {
 		t.Error("QueryAll of a bad query returned no error")
 	}
 }
+
+func TestArgs_FillAnInList(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	ids := []string{"b", "c"}
+	got, err := db.QueryStrings(context.Background(), pool,
+		`SELECT v FROM (SELECT 'a' AS v UNION ALL SELECT 'b' UNION ALL SELECT 'c') t WHERE v IN (`+db.Placeholders(len(ids))+`) ORDER BY v`,
+		db.Args(ids)...)
+	if err != nil || !slices.Equal(got, ids) {
+		t.Errorf("QueryStrings with Args = %q, %v; want %q", got, err, ids)
+	}
+	if len(db.Args([]int(nil))) != 0 {
+		t.Error("Args of nothing is not empty")
+	}
+}

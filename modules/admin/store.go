@@ -309,10 +309,7 @@ func queueNames(ctx context.Context, q db.Querier, ids []string) ([]string, erro
 	if len(ids) == 0 {
 		return names, nil
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
+	args := db.Args(ids)
 	rows, err := q.QueryContext(ctx, `SELECT id, name FROM queues WHERE id IN (`+db.Placeholders(len(ids))+`)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("admin: queue names: %w", err)

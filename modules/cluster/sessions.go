@@ -16,10 +16,7 @@ import (
 // for each of nodeIDs, through its (node_id, closed_at) index; nodes
 // without any are absent. table is a constant of the calling module.
 func SessionsOpenByNode(ctx context.Context, q db.Querier, table string, nodeIDs []string) (map[string]int, error) {
-	args := make([]any, len(nodeIDs))
-	for i, id := range nodeIDs {
-		args[i] = id
-	}
+	args := db.Args(nodeIDs)
 	rows, err := q.QueryContext(ctx, `SELECT node_id, COUNT(*) FROM `+table+`
 		WHERE node_id IN (`+db.Placeholders(len(nodeIDs))+`) AND closed_at IS NULL GROUP BY node_id`, args...)
 	if err != nil {

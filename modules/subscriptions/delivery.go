@@ -240,10 +240,7 @@ func recoverLeases(ctx context.Context, tx *sql.Tx, subscriptionIDs []string, ba
 func retryPolicies(ctx context.Context, q Querier, subscriptionIDs []string) (map[string]RetryPolicy, error) {
 	slices.Sort(subscriptionIDs)
 	subscriptionIDs = slices.Compact(subscriptionIDs)
-	args := make([]any, len(subscriptionIDs))
-	for i, id := range subscriptionIDs {
-		args[i] = id
-	}
+	args := db.Args(subscriptionIDs)
 	rows, err := q.QueryContext(ctx, `SELECT id, retry_initial_delay_ms, retry_max_delay_ms, retry_multiplier FROM subscriptions
 		WHERE id IN (`+db.Placeholders(len(args))+`)`, args...)
 	if err != nil {
@@ -596,10 +593,7 @@ func batchLock(ctx context.Context, tx *sql.Tx, grants auth.GrantChecker, target
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
+	args := db.Args(ids)
 	locked, err = queryDeliveries(ctx, tx, `SELECT `+deliveryColumns+` FROM event_deliveries
 		WHERE id IN (`+db.Placeholders(len(ids))+`) ORDER BY id FOR UPDATE`, args...)
 	if err != nil {

@@ -201,10 +201,7 @@ func subscriptionsGet(ctx context.Context, q Querier, ids []string) ([]*Subscrip
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
+	args := db.Args(ids)
 	out, err := db.QueryAll(ctx, q, scanSubscription, `SELECT `+subscriptionColumns+` FROM subscriptions s WHERE s.id IN (`+db.Placeholders(len(ids))+`)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("subscriptions: get: %w", err)

@@ -470,10 +470,7 @@ func attemptsLock(ctx context.Context, tx *sql.Tx, ids []string) (map[string]*at
 	if len(ids) == 0 {
 		return out, nil
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
+	args := db.Args(ids)
 	rows, err := tx.QueryContext(ctx, `SELECT id, task_id, queue_id, epoch, lease_secret_digest, state, reply FROM task_attempts
 		WHERE id IN (`+db.Placeholders(len(ids))+`) ORDER BY id FOR UPDATE`, args...)
 	if err != nil {
@@ -498,10 +495,7 @@ func tasksLock(ctx context.Context, tx *sql.Tx, ids []string) (map[string]*Task,
 	if len(ids) == 0 {
 		return out, nil
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
+	args := db.Args(ids)
 	rows, err := tx.QueryContext(ctx, `SELECT `+taskColumns+` FROM tasks
 		WHERE id IN (`+db.Placeholders(len(ids))+`) ORDER BY id FOR UPDATE`, args...)
 	if err != nil {

@@ -178,10 +178,7 @@ func queueTaskStats(ctx context.Context, q Querier, queueID string) ([]int64, *t
 // streamList returns the head and retention mark of the given queues'
 // logs, keyed by queue; a queue that never logged anything is absent.
 func streamList(ctx context.Context, q Querier, queueIDs []string) (map[string]Stream, error) {
-	args := make([]any, len(queueIDs))
-	for i, id := range queueIDs {
-		args[i] = id
-	}
+	args := db.Args(queueIDs)
 	rows, err := q.QueryContext(ctx, `SELECT queue_id, head_sequence, retention_mark FROM queue_streams
 		WHERE queue_id IN (`+db.Placeholders(len(queueIDs))+`)`, args...)
 	if err != nil {

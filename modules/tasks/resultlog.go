@@ -71,10 +71,7 @@ func streamHeads(ctx context.Context, q Querier, queueIDs []string) (map[string]
 	if len(queueIDs) == 0 {
 		return out, nil
 	}
-	args := make([]any, len(queueIDs))
-	for i, id := range queueIDs {
-		args[i] = id
-	}
+	args := db.Args(queueIDs)
 	rows, err := q.QueryContext(ctx, `SELECT queue_id, head_sequence FROM queue_streams
 		WHERE queue_id IN (`+db.Placeholders(len(queueIDs))+`)`, args...)
 	if err != nil {

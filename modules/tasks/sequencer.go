@@ -301,10 +301,7 @@ func sequenceQueue(ctx context.Context, tx *sql.Tx, queueID string, rows []intak
 
 // sequencesOf adds to out the sequences of the logged events among ids.
 func sequencesOf(ctx context.Context, q Querier, ids []string, out map[string]uint64) error {
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
+	args := db.Args(ids)
 	rows, err := q.QueryContext(ctx, `SELECT id, sequence FROM result_events WHERE id IN (`+db.Placeholders(len(ids))+`)`, args...)
 	if err != nil {
 		return fmt.Errorf("tasks: read sequences: %w", err)
@@ -372,10 +369,7 @@ func (s *Store) awaitSequenced(ctx context.Context, taskIDs ...string) error {
 	if len(taskIDs) == 0 {
 		return nil
 	}
-	args := make([]any, len(taskIDs))
-	for i, id := range taskIDs {
-		args[i] = id
-	}
+	args := db.Args(taskIDs)
 	var from sql.NullInt64
 	err := s.db.QueryRowContext(ctx, `SELECT MIN(id) FROM result_intake WHERE task_id IN (`+db.Placeholders(len(args))+`)`, args...).Scan(&from)
 	if err != nil {
