@@ -44,6 +44,26 @@ func QueryStrings(ctx context.Context, q Querier, query string, args ...any) ([]
 	return out, rows.Err()
 }
 
+// QueryCounts runs a query that selects a string key and a count, one row
+// per key, and returns the counts by key; keys without a row are absent.
+func QueryCounts(ctx context.Context, q Querier, query string, args ...any) (map[string]int, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var key string
+		var n int
+		if err := rows.Scan(&key, &n); err != nil {
+			return nil, err
+		}
+		out[key] = n
+	}
+	return out, rows.Err()
+}
+
 // Scanner is a row to scan: *sql.Row or *sql.Rows.
 type Scanner interface{ Scan(dest ...any) error }
 

@@ -56,3 +56,13 @@ func TestArgs_FillAnInList(t *testing.T) {
 		t.Error("Args of nothing is not empty")
 	}
 }
+
+func TestQueryCounts_ByKey(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	got, err := db.QueryCounts(context.Background(), pool,
+		`SELECT v, COUNT(*) FROM (SELECT 'a' AS v UNION ALL SELECT 'b' UNION ALL SELECT 'b') t WHERE v <> ? GROUP BY v`, "c")
+	if err != nil || len(got) != 2 || got["a"] != 1 || got["b"] != 2 {
+		t.Errorf("QueryCounts = %v, %v; want a:1 b:2", got, err)
+	}
+}

@@ -16,23 +16,12 @@ import (
 // for each of nodeIDs, through its (node_id, closed_at) index; nodes
 // without any are absent. table is a constant of the calling module.
 func SessionsOpenByNode(ctx context.Context, q db.Querier, table string, nodeIDs []string) (map[string]int, error) {
-	args := db.Args(nodeIDs)
-	rows, err := q.QueryContext(ctx, `SELECT node_id, COUNT(*) FROM `+table+`
-		WHERE node_id IN (`+db.Placeholders(len(nodeIDs))+`) AND closed_at IS NULL GROUP BY node_id`, args...)
+	out, err := db.QueryCounts(ctx, q, `SELECT node_id, COUNT(*) FROM `+table+`
+		WHERE node_id IN (`+db.Placeholders(len(nodeIDs))+`) AND closed_at IS NULL GROUP BY node_id`, db.Args(nodeIDs)...)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: count open %s: %w", table, err)
 	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var id string
-		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			return nil, fmt.Errorf("cluster: count open %s: %w", table, err)
-		}
-		out[id] = n
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // SessionsCloseOfNode closes, in tx, the open rows of a session table that

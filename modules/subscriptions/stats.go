@@ -84,10 +84,10 @@ func subscriptionStats(ctx context.Context, q Querier, log Log, subs []*Subscrip
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("subscriptions: stats: %w", err)
 	}
-	open, err := countBy(ctx, q, `SELECT subscription_id, COUNT(*) FROM event_sessions
-		WHERE subscription_id IN (`+db.Placeholders(len(ids))+`) AND closed_at IS NULL GROUP BY subscription_id`, ids)
+	open, err := db.QueryCounts(ctx, q, `SELECT subscription_id, COUNT(*) FROM event_sessions
+		WHERE subscription_id IN (`+db.Placeholders(len(ids))+`) AND closed_at IS NULL GROUP BY subscription_id`, ids...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("subscriptions: stats: %w", err)
 	}
 	var idle []any
 	for _, s := range subs {
@@ -172,28 +172,6 @@ func subscriptionStats(ctx context.Context, q Querier, log Log, subs []*Subscrip
 
 // streamMarks are a queue log's head and retention mark.
 type streamMarks struct{ head, mark uint64 }
-
-// countBy runs a query returning (id, count) rows and returns them by id.
-func countBy(ctx context.Context, q Querier, query string, args []any) (map[string]int, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("subscriptions: stats: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var id string
-		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			return nil, fmt.Errorf("subscriptions: stats: %w", err)
-		}
-		out[id] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("subscriptions: stats: %w", err)
-	}
-	return out, nil
-}
 
 // subscriptionsGet returns the subscriptions with the given ids that
 // exist, in no particular order.
