@@ -26,42 +26,31 @@ import (
 // an escape or a non-ASCII byte) goes through the general path, which
 // decides and words the outcome as before.
 
-// deliverFrame is an event.deliver message decoded in one pass.
-type deliverFrame struct {
-	ProtocolVersion string `json:"protocol_version"`
-	Type            string `json:"type"`
-	MessageID       string `json:"message_id"`
-	SessionID       string `json:"session_id,omitempty"`
-	ReplyTo         string `json:"reply_to,omitempty"`
-	Body            struct {
-		Delivery    EventDelivery `json:"delivery"`
-		Event       ResultEvent   `json:"event"`
-		LeaseSecret string        `json:"lease_secret"`
-		Trace       *traceContext `json:"trace"`
-	} `json:"body"`
-	Error *frameErr `json:"error,omitempty"`
-}
-
-// ackFrame is the ack to an event.ack decoded in one pass.
-type ackFrame struct {
+// onePassFrame is a message decoded in one pass: the envelope of frame with
+// the body decoded as B instead of kept as raw text.
+type onePassFrame[B any] struct {
 	ProtocolVersion string    `json:"protocol_version"`
 	Type            string    `json:"type"`
 	MessageID       string    `json:"message_id"`
 	SessionID       string    `json:"session_id,omitempty"`
 	ReplyTo         string    `json:"reply_to,omitempty"`
-	Body            AckResult `json:"body"`
+	Body            B         `json:"body"`
 	Error           *frameErr `json:"error,omitempty"`
 }
 
-// assignFrame is a task.assign message decoded in one pass.
-type assignFrame struct {
-	ProtocolVersion string     `json:"protocol_version"`
-	Type            string     `json:"type"`
-	MessageID       string     `json:"message_id"`
-	SessionID       string     `json:"session_id,omitempty"`
-	ReplyTo         string     `json:"reply_to,omitempty"`
-	Body            assignBody `json:"body"`
-	Error           *frameErr  `json:"error,omitempty"`
+// envelope returns f as the general path's frame with body as its raw
+// body; the caller attaches the decoded one.
+func (f *onePassFrame[B]) envelope(body []byte) frame {
+	return frame{ProtocolVersion: f.ProtocolVersion, Type: f.Type, MessageID: f.MessageID, SessionID: f.SessionID,
+		ReplyTo: f.ReplyTo, Body: body, Error: f.Error}
+}
+
+// deliverOnce is the body of an event.deliver decoded in one pass.
+type deliverOnce struct {
+	Delivery    EventDelivery `json:"delivery"`
+	Event       ResultEvent   `json:"event"`
+	LeaseSecret string        `json:"lease_secret"`
+	Trace       *traceContext `json:"trace"`
 }
 
 // Quoted frame types as the scan compares them.
@@ -89,7 +78,7 @@ func decodeEventsOnce(b []byte, awaitsAck func(id string) bool) (*Delivery, fram
 	}
 	switch typ := env.vals[0]; {
 	case bytes.Equal(typ, quotedDeliver) && body.vals[0] != nil:
-		var f deliverFrame
+		var f onePassFrame[deliverOnce]
 		if err := json.Unmarshal(b, &f); err != nil ||
 			f.ProtocolVersion != protocolVersion || f.Type != frameEventDeliver || f.ReplyTo != "" {
 			return nil, frame{}, false
@@ -101,12 +90,13 @@ func decodeEventsOnce(b []byte, awaitsAck func(id string) bool) (*Delivery, fram
 		if !ok || id == "" || !awaitsAck(id) {
 			return nil, frame{}, false
 		}
-		f := new(ackFrame)
+		f := new(onePassFrame[AckResult])
 		if err := json.Unmarshal(b, f); err != nil || f.ProtocolVersion != protocolVersion || f.Type != frameAck || f.ReplyTo != id {
 			return nil, frame{}, false
 		}
-		return nil, frame{ProtocolVersion: f.ProtocolVersion, Type: f.Type, MessageID: f.MessageID, SessionID: f.SessionID,
-			ReplyTo: f.ReplyTo, Body: env.vals[1], Error: f.Error, ack: &f.Body}, true
+		fr := f.envelope(env.vals[1])
+		fr.ack = &f.Body
+		return nil, fr, true
 	}
 	return nil, frame{}, false
 }
@@ -131,12 +121,13 @@ func decodeAssignOnce(b []byte) (frame, bool) {
 	if !env.scan(b, -1, nil) || !bytes.Equal(env.vals[0], quotedAssign) || !isObject(env.vals[1]) {
 		return frame{}, false
 	}
-	f := new(assignFrame)
+	f := new(onePassFrame[assignBody])
 	if err := json.Unmarshal(b, f); err != nil || f.ProtocolVersion != protocolVersion || f.Type != frameAssign {
 		return frame{}, false
 	}
-	return frame{ProtocolVersion: f.ProtocolVersion, Type: f.Type, MessageID: f.MessageID, SessionID: f.SessionID,
-		ReplyTo: f.ReplyTo, Body: env.vals[1], Error: f.Error, assign: &f.Body}, true
+	fr := f.envelope(env.vals[1])
+	fr.assign = &f.Body
+	return fr, true
 }
 
 // isObject reports whether the JSON value v is an object.
