@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,25 +12,15 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/testkit/galera"
 )
-
-// envGalera lists the DSNs of every node of a Galera cluster, node 0 first,
-// separated by commas; make test-galera (internal/testkit/galerarun) sets it.
-const envGalera = "ORBIT_TEST_GALERA"
 
 // galeraNodes returns pools on a fresh database on nodes 0 and 1 of the
 // cluster named by ORBIT_TEST_GALERA, with a table of one counter at 0, or
 // skips the test without a cluster.
 func galeraNodes(t *testing.T) (node0, node1 *sql.DB) {
 	t.Helper()
-	list := os.Getenv(envGalera)
-	if list == "" {
-		t.Skipf("needs a Galera cluster: %s lists its nodes' DSNs (make test-galera sets it)", envGalera)
-	}
-	dsns := strings.Split(list, ",")
-	if len(dsns) < 2 {
-		t.Fatalf("%s names %d node(s); want at least 2", envGalera, len(dsns))
-	}
+	dsns := galera.NodesFromEnv(t, 2)
 	ctx := context.Background()
 	name := fmt.Sprintf("n7_%d", time.Now().UnixNano())
 	admin := open(t, dsns[0])

@@ -19,15 +19,13 @@ import (
 
 	"github.com/orbitrun/orbit/examples/result-inbox/receiver"
 	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/testkit/galera"
 	"github.com/orbitrun/orbit/internal/testkit/orbitproc"
 	"github.com/orbitrun/orbit/internal/testkit/testdb"
 	orbit "github.com/orbitrun/orbit/sdk/go"
 )
 
 const (
-	// envGalera lists the DSNs of every node of a Galera cluster, node 0
-	// first, separated by commas; make test-galera sets it.
-	envGalera = "ORBIT_TEST_GALERA"
 	// envGaleraControl is the URL through which a test kills a node of
 	// that cluster; make test-galera sets it only for its last phase, in
 	// which the tests that kill node 0 run alone.
@@ -225,15 +223,7 @@ func TestN8_WriteNodeFailoverUnderLoad(t *testing.T) {
 // ORBIT_TEST_GALERA, node 0 first, or skips the test without one.
 func galeraCluster(t *testing.T) []string {
 	t.Helper()
-	list := os.Getenv(envGalera)
-	if list == "" {
-		t.Skipf("needs a Galera cluster: %s lists its nodes' DSNs (make test-galera sets it)", envGalera)
-	}
-	dsns := strings.Split(list, ",")
-	if len(dsns) < 3 {
-		t.Fatalf("%s names %d node(s); want 3", envGalera, len(dsns))
-	}
-	return dsns
+	return galera.NodesFromEnv(t, 3)
 }
 
 // onEveryNode returns the DSN of dsn's database on each node of nodes, with
@@ -249,7 +239,7 @@ func onEveryNode(t *testing.T, nodes []string, dsn string) []string {
 	for i, node := range nodes {
 		nc, err := mysql.ParseDSN(node)
 		if err != nil {
-			t.Fatalf("%s: node %d: %v", envGalera, i, err)
+			t.Fatalf("%s: node %d: %v", galera.EnvNodes, i, err)
 		}
 		if i == 0 && nc.Addr == cfg.Addr {
 			t.Fatalf("%s is node 0 (%s), which this test kills; make test-galera points it at node 1 for this test", testdb.EnvDSN, nc.Addr)

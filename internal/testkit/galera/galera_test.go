@@ -19,7 +19,7 @@ import (
 // a Galera cluster is expected (ORBIT_TEST_GALERA set, as make test-galera
 // does).
 func TestN6_ClusterKillAndRestartNode(t *testing.T) {
-	if os.Getenv("ORBIT_TEST_GALERA") == "" {
+	if os.Getenv(galera.EnvNodes) == "" {
 		t.Skip("starts a Galera cluster: runs when ORBIT_TEST_GALERA is set (make test-galera)")
 	}
 	ctx := context.Background()

@@ -49,12 +49,6 @@ import (
 )
 
 const (
-	// EnvGalera names the variable that lists the DSNs of every node of the
-	// cluster, node 0 first, separated by commas. Tests that need more than
-	// one node (TestN7_CertificationConflictRetried) read it and skip
-	// without it.
-	EnvGalera = "ORBIT_TEST_GALERA"
-
 	// EnvControl names the variable with the URL of the control server,
 	// set only for the tests of -kill-run.
 	EnvControl = "ORBIT_TEST_GALERA_CONTROL"
@@ -129,7 +123,7 @@ func runTests(tests phase, kill *phase, timeout time.Duration) int {
 	for i := range c.Size() {
 		dsns = append(dsns, c.DSN(i, ""))
 	}
-	galeraEnv := EnvGalera + "=" + strings.Join(dsns, ",")
+	galeraEnv := galera.EnvNodes + "=" + strings.Join(dsns, ",")
 	tests.test(ctx, timeout, "ORBIT_TEST_MYSQL_DSN="+c.DSN(0, ""), galeraEnv)
 	phases := []*phase{&tests}
 	if kill != nil {
