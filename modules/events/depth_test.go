@@ -39,7 +39,7 @@ func (e *env) succeedWith(t *testing.T, cred servertest.Credential, result strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	assigned, err := store.AttemptLease(ctx, session, grant, time.Minute)
+	assigned, _, err := store.AttemptLease(ctx, session, grant, time.Minute)
 	if err != nil || len(assigned) != 1 {
 		t.Fatalf("lease: %v, %d assignments", err, len(assigned))
 	}

@@ -295,7 +295,7 @@ func (e *env) leaseTask(t *testing.T, c servertest.Credential, id string) (tasks
 	if err != nil {
 		t.Fatal(err)
 	}
-	assigned, err := e.tasks.AttemptLease(ctx, session, grant, time.Minute)
+	assigned, _, err := e.tasks.AttemptLease(ctx, session, grant, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

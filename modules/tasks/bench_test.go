@@ -216,7 +216,7 @@ func benchmarkAppend(b *testing.B, queueN int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		got, err := store.AttemptLease(ctx, session, grant(queueID), time.Hour)
+		got, _, err := store.AttemptLease(ctx, session, grant(queueID), time.Hour)
 		if err != nil {
 			b.Fatal(err)
 		}

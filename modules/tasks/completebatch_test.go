@@ -21,7 +21,7 @@ func leaseN(t *testing.T, f *fixture, queue string, n int) []Assignment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := f.store.AttemptLease(ctx, session, f.grant(queue), time.Minute)
+	got, _, err := f.store.AttemptLease(ctx, session, f.grant(queue), time.Minute)
 	if err != nil || len(got) != n {
 		t.Fatalf("lease: %v, %d assignments; want %d", err, len(got), n)
 	}
@@ -88,7 +88,7 @@ func TestCompleteBatch_RefusedProofDoesNotStopTheOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := f.store.AttemptLease(ctx, session, f.grant(f.queues[0]), time.Minute); err != nil || len(again) != 1 || again[0].Task.ID != as[2].Task.ID {
+	if again, _, err := f.store.AttemptLease(ctx, session, f.grant(f.queues[0]), time.Minute); err != nil || len(again) != 1 || again[0].Task.ID != as[2].Task.ID {
 		t.Fatalf("re-lease: %+v %v; want the requeued task", again, err)
 	}
 	valid := succeeded(f, as[0])

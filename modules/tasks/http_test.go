@@ -119,7 +119,7 @@ func (e *env) lease(t *testing.T, c servertest.Credential, id string, d time.Dur
 	if err != nil {
 		t.Fatal(err)
 	}
-	assigned, err := e.store.AttemptLease(ctx, session, grant, d)
+	assigned, _, err := e.store.AttemptLease(ctx, session, grant, d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -151,11 +151,14 @@ func sessionLock(ctx context.Context, tx *sql.Tx, sessionID string) (queueID str
 // persisted leases. grant is what the session's credential must still hold,
 // checked in the same transaction: when it no longer holds, nothing is
 // leased and the error is that of auth.GrantChecker.CheckGrants. A closed
-// session leases nothing and gets ErrSessionClosed.
-func (s *Store) AttemptLease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]Assignment, error) {
+// session leases nothing and gets ErrSessionClosed. full reports that the
+// session holds as many leases as its capacity once these are counted: it
+// cannot lease more until one of them ends, so its dispatcher need not try
+// on every submission.
+func (s *Store) AttemptLease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) (assigned []Assignment, full bool, err error) {
 	var out []Assignment
-	err := db.Tx(ctx, s.db, func(tx *sql.Tx) error {
-		out = nil
+	err = db.Tx(ctx, s.db, func(tx *sql.Tx) error {
+		out, full = nil, false
 		queueID, capacity, held, open, err := sessionLock(ctx, tx, sessionID)
 		if err != nil {
 			return err
@@ -172,6 +175,7 @@ func (s *Store) AttemptLease(ctx context.Context, sessionID string, grant auth.G
 		}
 		free := capacity - held
 		if free <= 0 {
+			full = true
 			return nil
 		}
 		now := db.Now()
@@ -197,6 +201,7 @@ func (s *Store) AttemptLease(ctx context.Context, sessionID string, grant auth.G
 		if len(picked) == 0 {
 			return nil
 		}
+		full = len(picked) == free
 		// The leases are written together: one UPDATE of the tasks, one
 		// INSERT of their attempts.
 		var c changes
@@ -226,9 +231,9 @@ func (s *Store) AttemptLease(ctx context.Context, sessionID string, grant auth.G
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("tasks: lease: %w", err)
+		return nil, false, fmt.Errorf("tasks: lease: %w", err)
 	}
-	return out, nil
+	return out, full, nil
 }
 
 // Proof identifies a lease: the attempt, its epoch and the secret sent in

@@ -19,7 +19,7 @@ func leaseOne(t *testing.T, f *fixture, idempotent bool, maxAttempts int) Assign
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := f.store.AttemptLease(ctx, session, f.grant(f.queues[0]), time.Minute)
+	got, _, err := f.store.AttemptLease(ctx, session, f.grant(f.queues[0]), time.Minute)
 	if err != nil || len(got) != 1 {
 		t.Fatalf("lease: %v, %d assignments", err, len(got))
 	}
@@ -214,4 +214,36 @@ func TestT4_LeaseUnsentIsReleasedWithoutCountingTheAttempt(t *testing.T) {
 	if n := eventCount(t, f, a.Task.ID); n != 1 {
 		t.Errorf("%d events, want 1", n)
 	}
+}
+
+func TestT4_LeaseTellsWhenTheSessionIsFull(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	ctx := context.Background()
+	queue := f.queues[0]
+	f.submit(t, queue, 3, true, 3)
+	open := func(capacity int) string {
+		t.Helper()
+		session, err := f.store.WorkerSessionOpen(ctx, &WorkerSessionOpenParams{QueueID: queue, CredentialID: f.worker, Capacity: capacity})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return session
+	}
+	lease := func(session string, wantLeased int, wantFull bool) []Assignment {
+		t.Helper()
+		got, full, err := f.store.AttemptLease(ctx, session, f.grant(queue), time.Minute)
+		if err != nil || len(got) != wantLeased || full != wantFull {
+			t.Fatalf("lease: %v, %d assignments, full %v; want %d, full %v", err, len(got), full, wantLeased, wantFull)
+		}
+		return got
+	}
+	two := open(2)
+	lease(two, 2, true)
+	// A full session leases nothing, although a task waits.
+	lease(two, 0, true)
+	// A session the queue cannot fill is not full.
+	lease(open(3), 1, false)
+	// An empty queue leaves a session with room not full.
+	lease(open(1), 0, false)
 }

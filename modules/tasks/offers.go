@@ -87,7 +87,7 @@ func (m *Module) WorkerSessionAdopt(ctx context.Context, sessionID string, proof
 }
 
 // AttemptLease: see Store.AttemptLease.
-func (m *Module) AttemptLease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]Assignment, error) {
+func (m *Module) AttemptLease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) (assigned []Assignment, full bool, err error) {
 	return m.store.AttemptLease(ctx, sessionID, grant, leaseDuration)
 }
 

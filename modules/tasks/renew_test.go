@@ -24,7 +24,7 @@ func TestT5_RenewSurvivesADeadlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leased, err := f.store.AttemptLease(ctx, session, f.grant(f.queues[0]), time.Minute)
+	leased, _, err := f.store.AttemptLease(ctx, session, f.grant(f.queues[0]), time.Minute)
 	if err != nil || len(leased) != 2 {
 		t.Fatalf("lease: %v, %d assignments", err, len(leased))
 	}

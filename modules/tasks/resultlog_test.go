@@ -137,7 +137,7 @@ func completeAll(t *testing.T, f *fixture, queue string, workers, total int) {
 				return
 			}
 			for completed.Load() < int64(total) {
-				assigned, err := f.store.AttemptLease(ctx, session, f.grant(queue), time.Minute)
+				assigned, _, err := f.store.AttemptLease(ctx, session, f.grant(queue), time.Minute)
 				if err != nil {
 					t.Error(err)
 					return

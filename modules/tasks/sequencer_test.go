@@ -51,7 +51,7 @@ func TestT9_TwoNodesSequenceWithoutGaps(t *testing.T) {
 				return
 			}
 			for completed.Load() < total && !t.Failed() {
-				assigned, err := node.store.AttemptLease(ctx, session, node.grant(queue), time.Minute)
+				assigned, _, err := node.store.AttemptLease(ctx, session, node.grant(queue), time.Minute)
 				if err != nil {
 					t.Error(err)
 					return

@@ -96,7 +96,7 @@ func TestStoreAnnouncesItsOwnCommits(t *testing.T) {
 		if _, err := f.db.Exec(`UPDATE tasks SET available_at = ? WHERE id = ?`, time.Now().Add(-time.Hour), a.Task.ID); err != nil {
 			t.Fatal(err)
 		}
-		again, err := f.store.AttemptLease(ctx, session, f.grant(f.queues[0]), -time.Second)
+		again, _, err := f.store.AttemptLease(ctx, session, f.grant(f.queues[0]), -time.Second)
 		if err != nil || len(again) != 1 {
 			t.Fatalf("lease again: %v, %d", err, len(again))
 		}

@@ -494,7 +494,7 @@ func (s *session) Dispatch() {
 			// the next one.
 			cancels = store.CancelRequested()
 		}
-		assigned, err := store.AttemptLease(ctx, s.id, s.grant(), s.m.cfg.LeaseDuration)
+		assigned, full, err := store.AttemptLease(ctx, s.id, s.grant(), s.m.cfg.LeaseDuration)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -547,8 +547,16 @@ func (s *session) Dispatch() {
 				}
 			}
 		}
-		if len(assigned) > 0 {
+		if len(assigned) > 0 && !full {
 			continue // there may be more work and more capacity
+		}
+		if full {
+			// Nothing can be leased until one of this session's leases
+			// ends: a completion or release on this connection signals
+			// freed, a lease that expires or is completed elsewhere is
+			// found by the poll. Trying on every submission would only
+			// find the session full again.
+			submitted = nil
 		}
 		select {
 		case <-ctx.Done():

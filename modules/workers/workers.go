@@ -68,7 +68,7 @@ type Tasks interface {
 	WorkerSessionOpen(ctx context.Context, p *tasks.WorkerSessionOpenParams) (string, error)
 	WorkerSessionClose(ctx context.Context, sessionID string) error
 	WorkerSessionAdopt(ctx context.Context, sessionID string, proofs []tasks.Proof, leaseDuration time.Duration) ([]string, error)
-	AttemptLease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) ([]tasks.Assignment, error)
+	AttemptLease(ctx context.Context, sessionID string, grant auth.Grant, leaseDuration time.Duration) (assigned []tasks.Assignment, full bool, err error)
 	AttemptCompleteBatch(ctx context.Context, completions []*tasks.AttemptCompleteParams) ([]tasks.CompleteOutcome, error)
 	AttemptRelease(ctx context.Context, p *tasks.Proof, reason string) (*tasks.Event, error)
 	AttemptUnsent(ctx context.Context, a *tasks.Assignment, delay time.Duration) (*tasks.Event, error)

@@ -176,7 +176,7 @@ func (f *fixture) completed(outcome string, result []byte) (*tasks.Task, []byte)
 		f.t.Fatal(err)
 	}
 	defer f.tasks.WorkerSessionClose(f.ctx, session)
-	leased, err := f.tasks.AttemptLease(f.ctx, session, f.grant(), leaseDuration)
+	leased, _, err := f.tasks.AttemptLease(f.ctx, session, f.grant(), leaseDuration)
 	if err != nil {
 		f.t.Fatal(err)
 	}
