@@ -526,30 +526,28 @@ type attemptClose struct {
 }
 
 // attemptsClose marks attempts COMPLETED with their outcomes and replies,
-// in one statement.
+// in one statement for up to saveRowsPerStatement attempts (CASE on the
+// id, as in tasksSave).
 func attemptsClose(ctx context.Context, tx *sql.Tx, closed []attemptClose, now time.Time) error {
-	if len(closed) == 0 {
-		return nil
-	}
-	if len(closed) == 1 {
-		_, err := tx.ExecContext(ctx, `UPDATE task_attempts SET state = 'COMPLETED', outcome = ?, reply = ?, ended_at = ? WHERE id = ?`,
-			closed[0].outcome, closed[0].reply, now, closed[0].id)
-		return err
-	}
-	rows := make([]string, len(closed))
-	args := make([]any, 0, 3*len(closed)+1)
-	for i, a := range closed {
-		rows[i] = `SELECT ?, ?, ?`
-		if i == 0 {
-			rows[i] = `SELECT ? AS id, ? AS outcome, ? AS reply`
+	for chunk := range slices.Chunk(closed, saveRowsPerStatement) {
+		whens := strings.Repeat(" WHEN ? THEN ?", len(chunk))
+		args := make([]any, 0, 5*len(chunk)+1)
+		for _, a := range chunk {
+			args = append(args, a.id, a.outcome)
 		}
-		args = append(args, a.id, a.outcome, a.reply)
+		for _, a := range chunk {
+			args = append(args, a.id, a.reply)
+		}
+		args = append(args, now)
+		for _, a := range chunk {
+			args = append(args, a.id)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE task_attempts SET state = 'COMPLETED', outcome = CASE id`+whens+` END,
+			reply = CASE id`+whens+` END, ended_at = ? WHERE id IN (`+db.Placeholders(len(chunk))+`)`, args...); err != nil {
+			return err
+		}
 	}
-	args = append(args, now)
-	// As in tasksSave, the new values first, each attempt by its key.
-	_, err := tx.ExecContext(ctx, `UPDATE (`+strings.Join(rows, " UNION ALL ")+`) v STRAIGHT_JOIN task_attempts a ON a.id = v.id
-		SET a.state = 'COMPLETED', a.outcome = v.outcome, a.reply = v.reply, a.ended_at = ?`, args...)
-	return err
+	return nil
 }
 
 func (s *Store) applyOutcome(c *changes, t *Task, p *AttemptCompleteParams) (*Event, error) {
