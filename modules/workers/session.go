@@ -484,6 +484,12 @@ func (s *session) Dispatch() {
 	var cancels <-chan struct{}
 	for ctx.Err() == nil {
 		submitted := store.Submitted()
+		// A slot freed before this lease is counted by it: the signal
+		// would only wake a lease that finds the session full again.
+		select {
+		case <-s.freed:
+		default:
+		}
 		select {
 		case <-cancels:
 			checkCancels = true
