@@ -49,8 +49,10 @@ var errItemRace = errors.New("idem: a key of the batch was used concurrently")
 // body is the same, IDEMPOTENCY_CONFLICT otherwise, and its change does not
 // run; every other item's change runs and its record is stored with its
 // receipt in the same transaction. The keys of items must be distinct. An
-// error means nothing was changed.
-func DoItems(ctx context.Context, pool *sql.DB, credentialID, operation string, items []Item) ([]ItemReceipt, error) {
+// error means nothing was changed. flush, when not nil, runs in the
+// transaction after the changes and before the records are stored, so that
+// changes may stage their rows for it to write with one statement.
+func DoItems(ctx context.Context, pool *sql.DB, credentialID, operation string, items []Item, flush func(context.Context, *sql.Tx) error) ([]ItemReceipt, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
@@ -63,7 +65,7 @@ func DoItems(ctx context.Context, pool *sql.DB, credentialID, operation string, 
 		digests[i] = sha256.Sum256(canonical)
 	}
 	for try := 1; ; try++ {
-		out, err := doItems(ctx, pool, credentialID, operation, items, digests)
+		out, err := doItems(ctx, pool, credentialID, operation, items, digests, flush)
 		if errors.Is(err, errItemRace) && try < maxItemsTries {
 			continue
 		}
@@ -79,7 +81,8 @@ type storedRecord struct {
 	receipt []byte
 }
 
-func doItems(ctx context.Context, pool *sql.DB, credentialID, operation string, items []Item, digests [][32]byte) ([]ItemReceipt, error) {
+func doItems(ctx context.Context, pool *sql.DB, credentialID, operation string, items []Item, digests [][32]byte,
+	flush func(context.Context, *sql.Tx) error) ([]ItemReceipt, error) {
 	var out []ItemReceipt
 	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
 		out = make([]ItemReceipt, len(items))
@@ -116,6 +119,11 @@ func doItems(ctx context.Context, pool *sql.DB, credentialID, operation string, 
 		}
 		if len(values) == 0 {
 			return nil
+		}
+		if flush != nil {
+			if err := flush(ctx, tx); err != nil {
+				return err
+			}
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO idempotency_records
 			(credential_id, operation, idem_key, request_digest, status, receipt, created_at)

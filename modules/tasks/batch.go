@@ -114,10 +114,9 @@ func (m *Module) submitBatch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		items = append(items, idem.Item{Key: key, Body: body, Change: func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-			t, err := TaskInsert(ctx, tx, params)
-			if err != nil {
-				return 0, nil, err
-			}
+			t := newTask(params, db.Now())
+			staged := stagedTasks(tx)
+			*staged = append(*staged, t)
 			db.OnCommit(tx, func() {
 				m.store.metrics.submittedTask(t)
 				submitted.Add(1)
@@ -126,7 +125,9 @@ func (m *Module) submitBatch(w http.ResponseWriter, r *http.Request) {
 		}})
 		itemIndex = append(itemIndex, i)
 	}
-	receipts, err := idem.DoItems(ctx, m.store.pool(), p.CredentialID, submitOperation, items)
+	// The new tasks are written together, after every item was judged.
+	insertStaged := func(ctx context.Context, tx *sql.Tx) error { return tasksInsert(ctx, tx, *stagedTasks(tx)) }
+	receipts, err := idem.DoItems(ctx, m.store.pool(), p.CredentialID, submitOperation, items, insertStaged)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
@@ -144,6 +145,15 @@ func (m *Module) submitBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	httpx.WriteData(w, r, http.StatusOK, batchReply{Results: results})
 }
+
+// stagedTasks returns the tasks the items of a batch created in this
+// attempt of its transaction tx, to be inserted together after the last
+// item.
+func stagedTasks(tx *sql.Tx) *[]*Task {
+	return db.TxValue(tx, stagedTasksKey{}, func() *[]*Task { return new([]*Task) })
+}
+
+type stagedTasksKey struct{}
 
 // setError records an item's error with the status it would have had on
 // its own.

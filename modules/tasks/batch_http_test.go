@@ -10,6 +10,7 @@ import (
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/testkit/doctest"
 	"github.com/orbitrun/orbit/internal/testkit/servertest"
+	"github.com/orbitrun/orbit/modules/tasks"
 )
 
 type batchResult struct {
@@ -250,5 +251,57 @@ func TestTBatch_ConcurrentRepeatsCreateOnce(t *testing.T) {
 	}
 	if count != n {
 		t.Errorf("%d tasks, want %d", count, n)
+	}
+}
+
+// TestTBatch_LargeBatchIsWrittenWhole: a batch of the largest size, near
+// the body limit, is written by several INSERTs in its one transaction:
+// every item is created with its own input.
+func TestTBatch_LargeBatchIsWrittenWhole(t *testing.T) {
+	t.Parallel()
+	e := startServer(t)
+	c := e.cred(t, "batch-large")
+	filler := strings.Repeat("x", 900)
+	items := make([]string, tasks.MaxBatchTasks)
+	for i := range items {
+		items[i] = fmt.Sprintf(`{"idempotency_key":"large-%d","queue_id":%q,"input":{"n":%d,"filler":%q}}`, i, c.QueueID, i, filler)
+	}
+	results := e.batch(t, c, `{"tasks":[`+strings.Join(items, ",")+`]}`)
+	if len(results) != len(items) {
+		t.Fatalf("%d results, want %d", len(results), len(items))
+	}
+	for i, res := range results {
+		if res.Status != http.StatusCreated {
+			t.Fatalf("item %d: %+v", i, res)
+		}
+	}
+	rows, err := e.srv.DB.Query(`SELECT id, input FROM tasks WHERE queue_id = ?`, c.QueueID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	inputs := map[string]string{}
+	for rows.Next() {
+		var id, input string
+		if err := rows.Scan(&id, &input); err != nil {
+			t.Fatal(err)
+		}
+		inputs[id] = input
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(inputs) != len(items) {
+		t.Fatalf("%d tasks stored, want %d", len(inputs), len(items))
+	}
+	for i, res := range results {
+		var in struct {
+			N      int    `json:"n"`
+			Filler string `json:"filler"`
+		}
+		id := res.receipt(t).Task.ID
+		if err := json.Unmarshal([]byte(inputs[id]), &in); err != nil || in.N != i || in.Filler != filler {
+			t.Fatalf("item %d: task %s holds %.40q (%v)", i, id, inputs[id], err)
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/orbitrun/orbit/internal/auth"
@@ -159,22 +161,44 @@ type TaskInsertParams struct {
 
 // TaskInsert stores a new PENDING task in tx.
 func TaskInsert(ctx context.Context, tx *sql.Tx, p *TaskInsertParams) (*Task, error) {
-	now := db.Now()
-	t := &Task{
+	t := newTask(p, db.Now())
+	if err := tasksInsert(ctx, tx, []*Task{t}); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// newTask is the task p describes, as it is inserted at now.
+func newTask(p *TaskInsertParams, now time.Time) *Task {
+	return &Task{
 		ID: db.NewID(), NamespaceID: p.NamespaceID, QueueID: p.QueueID, CredentialID: p.CredentialID,
 		State: StatePending, Revision: 1, Idempotent: p.Idempotent, MaxAttempts: p.MaxAttempts,
 		Input: p.Input, AvailableAt: now, CreatedAt: now, UpdatedAt: now, Trace: p.Trace,
 	}
-	_, err := tx.ExecContext(ctx, `
-		INSERT INTO tasks (id, namespace_id, queue_id, credential_id, state, revision, idempotent, max_attempts,
-			input, available_at, created_at, updated_at, trace_parent, trace_state)
-		VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		t.ID, t.NamespaceID, t.QueueID, t.CredentialID, t.State, t.Idempotent, t.MaxAttempts, string(t.Input), now, now, now,
-		nullString(t.Trace.Parent), nullString(t.Trace.State))
-	if err != nil {
-		return nil, fmt.Errorf("tasks: insert: %w", err)
+}
+
+// insertRowsPerStatement bounds the tasks one INSERT of tasksInsert writes.
+// (A batch's request body, at most httpx's limit, bounds its bytes.)
+const insertRowsPerStatement = 100
+
+// tasksInsert inserts new tasks (from newTask) with multi-row INSERTs.
+func tasksInsert(ctx context.Context, tx *sql.Tx, tasks []*Task) error {
+	for chunk := range slices.Chunk(tasks, insertRowsPerStatement) {
+		n := len(chunk)
+		args := make([]any, 0, 13*n)
+		for _, t := range chunk {
+			args = append(args, t.ID, t.NamespaceID, t.QueueID, t.CredentialID, t.State, t.Idempotent, t.MaxAttempts,
+				string(t.Input), t.AvailableAt, t.CreatedAt, t.UpdatedAt, nullString(t.Trace.Parent), nullString(t.Trace.State))
+		}
+		_, err := tx.ExecContext(ctx, `
+			INSERT INTO tasks (id, namespace_id, queue_id, credential_id, state, revision, idempotent, max_attempts,
+				input, available_at, created_at, updated_at, trace_parent, trace_state)
+			VALUES `+strings.Repeat("(?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?), ", n-1)+`(?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
+		if err != nil {
+			return fmt.Errorf("tasks: insert: %w", err)
+		}
 	}
-	return t, nil
+	return nil
 }
 
 // nullString is s, or NULL when s is empty.
