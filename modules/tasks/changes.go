@@ -97,13 +97,13 @@ func taskSave(ctx context.Context, tx *sql.Tx, t *Task) error {
 }
 
 // tasksSave writes every mutable column of each task, in one UPDATE for up
-// to saveRowsPerStatement tasks: a column whose new value is the same for
+// to caseRowsPerStatement tasks: a column whose new value is the same for
 // all of them is set to that value, the others by a CASE on the id. The
 // tasks are locked already, so the statement's WHERE finds each by its key.
 // (A join to a derived table of the new values cost more than a millisecond
 // per statement whatever its size, this a few tens of microseconds a task.)
 func tasksSave(ctx context.Context, tx *sql.Tx, tasks []*Task) error {
-	for chunk := range slices.Chunk(tasks, saveRowsPerStatement) {
+	for chunk := range slices.Chunk(tasks, caseRowsPerStatement) {
 		if err := tasksSaveChunk(ctx, tx, chunk); err != nil {
 			return fmt.Errorf("tasks: save: %w", err)
 		}
@@ -111,9 +111,10 @@ func tasksSave(ctx context.Context, tx *sql.Tx, tasks []*Task) error {
 	return nil
 }
 
-// saveRowsPerStatement bounds the tasks one UPDATE of tasksSave writes, and
-// so the size of its CASE expressions.
-const saveRowsPerStatement = 64
+// caseRowsPerStatement bounds the rows one statement names in a CASE on
+// their ids (tasksSave, attemptsClose, the sequencer's copy into the log),
+// and so the size of each CASE.
+const caseRowsPerStatement = 64
 
 func tasksSaveChunk(ctx context.Context, tx *sql.Tx, tasks []*Task) error {
 	values := make([][]any, len(tasks))

@@ -526,10 +526,10 @@ type attemptClose struct {
 }
 
 // attemptsClose marks attempts COMPLETED with their outcomes and replies,
-// in one statement for up to saveRowsPerStatement attempts (CASE on the
+// in one statement for up to caseRowsPerStatement attempts (CASE on the
 // id, as in tasksSave).
 func attemptsClose(ctx context.Context, tx *sql.Tx, closed []attemptClose, now time.Time) error {
-	for chunk := range slices.Chunk(closed, saveRowsPerStatement) {
+	for chunk := range slices.Chunk(closed, caseRowsPerStatement) {
 		whens := strings.Repeat(" WHEN ? THEN ?", len(chunk))
 		args := make([]any, 0, 5*len(chunk)+1)
 		for _, a := range chunk {

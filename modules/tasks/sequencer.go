@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -281,20 +282,27 @@ func sequenceQueue(ctx context.Context, tx *sql.Tx, queueID string, rows []intak
 	if err != nil || head < int64(n) {
 		return fmt.Errorf("read log head: %d, %v", head, err)
 	}
-	base := uint64(head) - uint64(n)
-	args := make([]any, 0, n+1)
-	args = append(args, base)
-	for i, r := range rows {
-		args = append(args, r.id)
-		given[r.eventID] = base + uint64(i) + 1
-	}
-	// The rows are numbered in intake order by the database itself, so
-	// their bodies never travel to this process.
-	if _, err := tx.ExecContext(ctx, `
-		INSERT INTO result_events (queue_id, sequence, id, type, task_id, task_revision, occurred_at, details, snapshot)
-		SELECT queue_id, ? + ROW_NUMBER() OVER (ORDER BY id), event_id, type, task_id, task_revision, occurred_at, details, snapshot
-		FROM result_intake WHERE id IN (`+db.Placeholders(n)+`)`, args...); err != nil {
-		return fmt.Errorf("append events: %w", err)
+	seq := uint64(head) - uint64(n)
+	// The bodies are copied by the database itself, so they never travel
+	// to this process; each row's sequence is named by its intake id, in
+	// statements of a bounded CASE.
+	for chunk := range slices.Chunk(rows, caseRowsPerStatement) {
+		args := make([]any, 0, 3*len(chunk))
+		for _, r := range chunk {
+			seq++
+			args = append(args, r.id, seq)
+			given[r.eventID] = seq
+		}
+		for _, r := range chunk {
+			args = append(args, r.id)
+		}
+		if _, err := tx.ExecContext(ctx, `
+			INSERT INTO result_events (queue_id, sequence, id, type, task_id, task_revision, occurred_at, details, snapshot)
+			SELECT queue_id, CASE id`+strings.Repeat(" WHEN ? THEN ?", len(chunk))+` END, event_id, type, task_id, task_revision,
+				occurred_at, details, snapshot
+			FROM result_intake WHERE id IN (`+db.Placeholders(len(chunk))+`)`, args...); err != nil {
+			return fmt.Errorf("append events: %w", err)
+		}
 	}
 	return nil
 }
