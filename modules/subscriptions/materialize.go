@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
+	"github.com/orbitrun/orbit/modules/tasks"
 )
 
 // ErrHistoryExpired is returned when a subscription's cursor has fallen
@@ -68,40 +70,21 @@ func deliveryMaterialize(ctx context.Context, pool *sql.DB, log Log, subscriptio
 		if err != nil {
 			return err
 		}
-		cursor := s.CursorSequence
-		now := db.Now()
-		var (
-			values []string
-			args   []any
-		)
-		for _, e := range events {
-			if e.Sequence != cursor+1 {
-				// Retention purged what the cursor had not reached.
-				return ErrHistoryExpired
-			}
-			if s.wants(e.Type) {
-				if room == 0 {
-					break
-				}
-				room--
-				values = append(values, "(?, ?, ?, ?, ?, 1, 'PENDING', ?, ?, 0, 0, ?)")
-				args = append(args, db.NewID(), s.ID, s.QueueID, e.ID, e.Sequence, now, now, s.MaxAttempts)
-			}
-			cursor = e.Sequence
+		var ins deliveryInserts
+		cursor, left, err := ins.scan(s, events, room, db.Now())
+		if err != nil {
+			return err
 		}
-		if len(values) > 0 {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO event_deliveries
-				(id, subscription_id, queue_id, event_id, sequence, revision, state, created_at, available_at,
-				 lease_epoch, attempts, attempt_budget) VALUES `+strings.Join(values, ", "), args...); err != nil {
-				return err
-			}
+		if err := ins.exec(ctx, tx); err != nil {
+			return err
 		}
 		if cursor != s.CursorSequence {
 			if _, err := tx.ExecContext(ctx, `UPDATE subscriptions SET cursor_sequence = ? WHERE id = ?`, cursor, s.ID); err != nil {
 				return err
 			}
 		}
-		created = len(values)
+		room = left
+		created = ins.rows
 		more = cursor < stream.Head && room > 0
 		return nil
 	})
@@ -112,6 +95,128 @@ func deliveryMaterialize(ctx context.Context, pool *sql.DB, log Log, subscriptio
 		return 0, false, fmt.Errorf("subscriptions: materialize: %w", err)
 	}
 	return created, more, nil
+}
+
+// deliveryInserts collects the rows of new deliveries for one INSERT.
+type deliveryInserts struct {
+	values []string
+	args   []any
+	rows   int
+}
+
+// scan walks events for s, in sequence order, the first right after s's
+// cursor, with room slots free in its backlog (S-23, S-24): each event of a
+// subscribed type becomes a delivery while there is room, and the cursor
+// advances over every scanned event, matching or not, stopping before the
+// first that did not fit; nothing is ever skipped. It returns the new cursor
+// and the room left, or ErrHistoryExpired when the events do not follow the
+// cursor (retention purged what it had not reached).
+func (ins *deliveryInserts) scan(s *Subscription, events []tasks.EventRef, room int, now time.Time) (cursor uint64, left int, err error) {
+	cursor = s.CursorSequence
+	for _, e := range events {
+		if e.Sequence != cursor+1 {
+			return 0, 0, ErrHistoryExpired
+		}
+		if s.wants(e.Type) {
+			if room == 0 {
+				break
+			}
+			room--
+			ins.values = append(ins.values, "(?, ?, ?, ?, ?, 1, 'PENDING', ?, ?, 0, 0, ?)")
+			ins.args = append(ins.args, db.NewID(), s.ID, s.QueueID, e.ID, e.Sequence, now, now, s.MaxAttempts)
+			ins.rows++
+		}
+		cursor = e.Sequence
+	}
+	return cursor, room, nil
+}
+
+// deliveryInsertArgs is the number of arguments of one row of
+// deliveryInserts; insertRowsPerStatement bounds the rows of one INSERT.
+const (
+	deliveryInsertArgs     = 8
+	insertRowsPerStatement = DefaultMaterializeBatch
+)
+
+// exec inserts the collected deliveries, if any.
+func (ins *deliveryInserts) exec(ctx context.Context, tx *sql.Tx) error {
+	for from := 0; from < ins.rows; from += insertRowsPerStatement {
+		to := min(from+insertRowsPerStatement, ins.rows)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO event_deliveries
+			(id, subscription_id, queue_id, event_id, sequence, revision, state, created_at, available_at,
+			 lease_epoch, attempts, attempt_budget) VALUES `+strings.Join(ins.values[from:to], ", "),
+			ins.args[from*deliveryInsertArgs:to*deliveryInsertArgs]...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// materializeAppended runs in a sequencing pass of the result log (a
+// tasks.SequencedHook): it materialises the events the pass appended for
+// every enabled subscription of their queues whose cursor stood right
+// before them, so that their deliveries commit with the events and no
+// transaction of its own comes between an append and a claim. It follows
+// deliveryMaterialize's rules (scan). Subscriptions another transaction
+// holds (the materialiser, a configuration change: SKIP LOCKED), and those
+// behind, paused or full, are left to the materialiser, which the pass's
+// commit wakes as before. It returns how many deliveries it created.
+func materializeAppended(ctx context.Context, tx *sql.Tx, appended []tasks.Appended) (int, error) {
+	byQueue := make(map[string]tasks.Appended, len(appended))
+	queues := make([]any, 0, len(appended))
+	positions := make([]any, 0, 2*len(appended))
+	for _, a := range appended {
+		byQueue[a.QueueID] = a
+		queues = append(queues, a.QueueID)
+		positions = append(positions, a.QueueID, a.From)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT `+subscriptionColumns+` FROM subscriptions s
+		WHERE s.queue_id IN (`+db.Placeholders(len(queues))+`) AND s.enabled = 1
+		AND (s.queue_id, s.cursor_sequence) IN (`+strings.TrimSuffix(strings.Repeat("(?, ?), ", len(appended)), ", ")+`)
+		FOR UPDATE SKIP LOCKED`, append(queues, positions...)...)
+	if err != nil {
+		return 0, err
+	}
+	var subs []*Subscription
+	for rows.Next() {
+		s, err := scanSubscription(rows)
+		if err != nil {
+			rows.Close()
+			return 0, err
+		}
+		subs = append(subs, s)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	var ins deliveryInserts
+	var cursors, moved []any
+	now := db.Now()
+	for _, s := range subs {
+		room := s.MaxPending - s.PendingCount
+		if room <= 0 {
+			continue
+		}
+		cursor, _, err := ins.scan(s, byQueue[s.QueueID].Events, room, now)
+		if err != nil {
+			return 0, err
+		}
+		if cursor != s.CursorSequence {
+			cursors = append(cursors, s.ID, cursor)
+			moved = append(moved, s.ID)
+		}
+	}
+	if err := ins.exec(ctx, tx); err != nil {
+		return 0, err
+	}
+	if len(moved) > 0 {
+		if _, err := tx.ExecContext(ctx, `UPDATE subscriptions SET cursor_sequence = CASE id`+strings.Repeat(" WHEN ? THEN ?", len(moved))+
+			` END WHERE id IN (`+db.Placeholders(len(moved))+`)`, append(cursors, moved...)...); err != nil {
+			return 0, err
+		}
+	}
+	return ins.rows, nil
 }
 
 // deliveryMaterializeAll materialises every enabled subscription that is behind its

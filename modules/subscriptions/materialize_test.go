@@ -292,3 +292,82 @@ func TestS23_FullBacklogsAreNotVisited(t *testing.T) {
 		t.Fatalf("behind %v, want both subscriptions once the full one has room", ids)
 	}
 }
+
+// TestS24_AppendedEventsAreMaterialisedInTheirPass: the sequencing pass that
+// logs events materialises them in its own transaction for every
+// subscription whose cursor stood right before them, by the rules of S-23
+// and S-24 (a full backlog takes what fits, a type filter skips and still
+// advances the cursor), so a write's deliveries exist when it returns. A
+// paused subscription and one behind its queue are left to the
+// materialiser.
+func TestS24_AppendedEventsAreMaterialisedInTheirPass(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	f.log.OnSequenced(func(ctx context.Context, tx *sql.Tx, appended []tasks.Appended) error {
+		_, err := materializeAppended(ctx, tx, appended)
+		return err
+	})
+	every := f.create(t, "every", nil, zero(), 100)
+	failedOnly := f.create(t, "failed-only", []string{tasks.EventFailed}, zero(), 100)
+	small := f.create(t, "small", nil, zero(), 2)
+	paused := f.create(t, "paused", nil, zero(), 100)
+	if _, err := f.db.Exec(`UPDATE subscriptions SET enabled = 0 WHERE id = ?`, paused.ID); err != nil {
+		t.Fatal(err)
+	}
+	cancel := func(n int) {
+		t.Helper()
+		err := db.Tx(ctx, f.db, func(tx *sql.Tx) error {
+			for range n {
+				task, err := tasks.TaskInsert(ctx, tx, &tasks.TaskInsertParams{
+					NamespaceID: f.scope.NamespaceID, QueueID: f.scope.QueueID, CredentialID: f.grant.CredentialID,
+					Input: []byte(`{}`), MaxAttempts: 1,
+				})
+				if err != nil {
+					return err
+				}
+				if _, _, err := tasks.TaskCancel(ctx, tx, task.ID, ""); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(s *Subscription, deliveries int, cursor uint64) {
+		t.Helper()
+		var n int
+		var got uint64
+		if err := f.db.QueryRow(`SELECT (SELECT COUNT(*) FROM event_deliveries WHERE subscription_id = s.id), cursor_sequence
+			FROM subscriptions s WHERE id = ?`, s.ID).Scan(&n, &got); err != nil {
+			t.Fatal(err)
+		}
+		if n != deliveries || got != cursor {
+			t.Errorf("%s: %d deliveries, cursor %d; want %d, %d", s.Name, n, got, deliveries, cursor)
+		}
+	}
+	cancel(3)
+	want(every, 3, 3)
+	want(failedOnly, 0, 3)
+	want(small, 2, 2)
+	want(paused, 0, 0)
+
+	behind := f.create(t, "behind", nil, zero(), 100)
+	cancel(1)
+	want(every, 4, 4)
+	want(failedOnly, 0, 4)
+	want(small, 2, 2)
+	want(behind, 0, 0)
+	// The materialiser takes over where the pass left off.
+	for _, s := range []*Subscription{behind, paused} {
+		if _, err := f.db.Exec(`UPDATE subscriptions SET enabled = 1 WHERE id = ?`, s.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := deliveryMaterialize(ctx, f.db, f.log, s.ID, 100); err != nil {
+			t.Fatal(err)
+		}
+		want(s, 4, 4)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/orbitrun/orbit/internal/audit"
 	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/bg"
+	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/wake"
 	"github.com/orbitrun/orbit/modules"
 	"github.com/orbitrun/orbit/modules/tasks"
@@ -70,6 +71,9 @@ type Log interface {
 	// Appended returns a channel closed after the next commit on this node
 	// that appends to a result log.
 	Appended() <-chan struct{}
+	// OnSequenced adds a hook that every sequencing pass of the result
+	// log runs in its transaction.
+	OnSequenced(h tasks.SequencedHook)
 }
 
 // Module is the subscriptions module.
@@ -140,6 +144,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	}
 	m.log = log
 	m.db = env.DB
+	log.OnSequenced(m.sequenced)
 	a, err := modules.Require[auth.Authenticator](env, "admin")
 	if err != nil {
 		return fmt.Errorf("subscriptions: %w", err)
@@ -155,6 +160,20 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.metrics = newDeliveryMetrics(env.Metrics, env.DB, log, m.cfg.NoConsumerAfter)
 	m.activity = newActivity()
 	env.Metrics.Refresh(m.metrics)
+	return nil
+}
+
+// sequenced is the hook of the result log's sequencing passes: the events
+// a pass appends are materialised in its transaction (materializeAppended),
+// and deliveries it created are claimable once it commits.
+func (m *Module) sequenced(ctx context.Context, tx *sql.Tx, appended []tasks.Appended) error {
+	n, err := materializeAppended(ctx, tx, appended)
+	if err != nil {
+		return fmt.Errorf("subscriptions: materialize appended events: %w", err)
+	}
+	if n > 0 {
+		db.OnCommit(tx, m.claimable.Notify)
+	}
 	return nil
 }
 

@@ -121,3 +121,6 @@ func (m *Module) Submitted() <-chan struct{} { return m.store.Submitted() }
 
 // CancelRequested: see Store.CancelRequested.
 func (m *Module) CancelRequested() <-chan struct{} { return m.store.CancelRequested() }
+
+// OnSequenced: see Store.OnSequenced.
+func (m *Module) OnSequenced(h SequencedHook) { m.store.OnSequenced(h) }

@@ -43,6 +43,21 @@ const (
 	sequenceTimeout = 10 * time.Second
 )
 
+// Appended is what one sequencing pass appended to one queue's log: its
+// events in sequence order, the first right after the head From.
+type Appended struct {
+	QueueID string
+	From    uint64
+	Events  []EventRef
+}
+
+// SequencedHook runs inside a sequencing pass's transaction, after the pass
+// has appended its events and while it holds the head rows of their queues,
+// so that what the hook writes commits with the events, in the same COMMIT.
+// appended is in queue order. An error fails the pass, whose events the
+// next pass sequences.
+type SequencedHook func(ctx context.Context, tx *sql.Tx, appended []Appended) error
+
 // sequencers holds the sequencer of each pool. It is keyed by pool, like
 // db's observers, so that the package's transactional functions
 // (TaskCancel, TaskReview) sequence what they append in any caller's
@@ -73,6 +88,15 @@ type sequencer struct {
 	// from is the lowest intake id the next round must read from: the
 	// lowest among the rows of the syncs waiting for it.
 	from uint64
+	// hooks run in every pass (OnSequenced).
+	hooks []SequencedHook
+}
+
+// onSequenced adds a hook that every later pass of this pool runs.
+func (q *sequencer) onSequenced(h SequencedHook) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.hooks = append(q.hooks, h)
 }
 
 // round is one run of passes for the syncs waiting when it began.
@@ -182,7 +206,10 @@ func (q *sequencer) syncOnce(ctx context.Context, from uint64, ids []string) (ma
 func (q *sequencer) runRound(ctx context.Context, from uint64) (map[string]uint64, error) {
 	sequenced := map[string]uint64{}
 	for {
-		n, err := sequencePass(ctx, q.db, from, sequenced)
+		q.mu.Lock()
+		hooks := q.hooks
+		q.mu.Unlock()
+		n, err := sequencePass(ctx, q.db, from, hooks, sequenced)
 		if err != nil {
 			return sequenced, err
 		}
@@ -194,16 +221,17 @@ func (q *sequencer) runRound(ctx context.Context, from uint64) (map[string]uint6
 
 // intakeRow is what a pass reads of an intake row.
 type intakeRow struct {
-	id      uint64
-	queueID string
-	eventID string
+	id        uint64
+	queueID   string
+	eventID   string
+	eventType string
 }
 
 // sequencePass moves up to sequenceBatch committed intake rows with ids
 // from from on into the result log, numbering each queue's rows in intake
-// order, in one transaction. It records the sequences it gave in out and
-// returns how many rows it moved.
-func sequencePass(ctx context.Context, pool *sql.DB, from uint64, out map[string]uint64) (int, error) {
+// order, in one transaction that also runs hooks. It records the sequences
+// it gave in out and returns how many rows it moved.
+func sequencePass(ctx context.Context, pool *sql.DB, from uint64, hooks []SequencedHook, out map[string]uint64) (int, error) {
 	var moved []intakeRow
 	var given map[string]uint64
 	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
@@ -213,13 +241,13 @@ func sequencePass(ctx context.Context, pool *sql.DB, from uint64, out map[string
 		// would make every pass wait for the slowest append under way) and
 		// rows another node's pass holds: both are left to their own
 		// syncs.
-		rows, err := tx.QueryContext(ctx, `SELECT id, queue_id, event_id FROM result_intake WHERE id >= ? ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`, from, sequenceBatch)
+		rows, err := tx.QueryContext(ctx, `SELECT id, queue_id, event_id, type FROM result_intake WHERE id >= ? ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`, from, sequenceBatch)
 		if err != nil {
 			return err
 		}
 		for rows.Next() {
 			var r intakeRow
-			if err := rows.Scan(&r.id, &r.queueID, &r.eventID); err != nil {
+			if err := rows.Scan(&r.id, &r.queueID, &r.eventID, &r.eventType); err != nil {
 				rows.Close()
 				return err
 			}
@@ -244,8 +272,14 @@ func sequencePass(ctx context.Context, pool *sql.DB, from uint64, out map[string
 		}
 		slices.Sort(queues)
 		now := db.Now()
-		for _, queueID := range queues {
-			if err := sequenceQueue(ctx, tx, queueID, byQueue[queueID], now, given); err != nil {
+		appended := make([]Appended, len(queues))
+		for i, queueID := range queues {
+			if appended[i], err = sequenceQueue(ctx, tx, queueID, byQueue[queueID], now, given); err != nil {
+				return err
+			}
+		}
+		for _, h := range hooks {
+			if err := h(ctx, tx, appended); err != nil {
 				return err
 			}
 		}
@@ -266,8 +300,9 @@ func sequencePass(ctx context.Context, pool *sql.DB, from uint64, out map[string
 }
 
 // sequenceQueue appends one queue's intake rows (in intake order) to its
-// log inside a pass, recording the sequence of each event in given.
-func sequenceQueue(ctx context.Context, tx *sql.Tx, queueID string, rows []intakeRow, now time.Time, given map[string]uint64) error {
+// log inside a pass, recording the sequence of each event in given, and
+// returns what it appended.
+func sequenceQueue(ctx context.Context, tx *sql.Tx, queueID string, rows []intakeRow, now time.Time, given map[string]uint64) (Appended, error) {
 	n := len(rows)
 	// LAST_INSERT_ID(expr) hands the new head back in the statement's own
 	// reply; the head row stays locked until the pass commits.
@@ -276,13 +311,14 @@ func sequenceQueue(ctx context.Context, tx *sql.Tx, queueID string, rows []intak
 		ON DUPLICATE KEY UPDATE head_sequence = LAST_INSERT_ID(head_sequence + ?), updated_at = VALUES(updated_at)`,
 		queueID, n, now, n)
 	if err != nil {
-		return fmt.Errorf("advance log head: %w", err)
+		return Appended{}, fmt.Errorf("advance log head: %w", err)
 	}
 	head, err := res.LastInsertId()
 	if err != nil || head < int64(n) {
-		return fmt.Errorf("read log head: %d, %v", head, err)
+		return Appended{}, fmt.Errorf("read log head: %d, %v", head, err)
 	}
 	seq := uint64(head) - uint64(n)
+	out := Appended{QueueID: queueID, From: seq, Events: make([]EventRef, 0, n)}
 	// The bodies are copied by the database itself, so they never travel
 	// to this process; each row's sequence is named by its intake id, in
 	// statements of a bounded CASE.
@@ -292,6 +328,7 @@ func sequenceQueue(ctx context.Context, tx *sql.Tx, queueID string, rows []intak
 			seq++
 			args = append(args, r.id, seq)
 			given[r.eventID] = seq
+			out.Events = append(out.Events, EventRef{Sequence: seq, ID: r.eventID, Type: r.eventType})
 		}
 		for _, r := range chunk {
 			args = append(args, r.id)
@@ -301,10 +338,10 @@ func sequenceQueue(ctx context.Context, tx *sql.Tx, queueID string, rows []intak
 			SELECT queue_id, CASE id`+strings.Repeat(" WHEN ? THEN ?", len(chunk))+` END, event_id, type, task_id, task_revision,
 				occurred_at, details, snapshot
 			FROM result_intake WHERE id IN (`+db.Placeholders(len(chunk))+`)`, args...); err != nil {
-			return fmt.Errorf("append events: %w", err)
+			return Appended{}, fmt.Errorf("append events: %w", err)
 		}
 	}
-	return nil
+	return out, nil
 }
 
 // sequencesOf adds to out the sequences of the logged events among ids.

@@ -70,6 +70,10 @@ func (s *Store) pool() *sql.DB { return s.db }
 // so that no append is missed.
 func (s *Store) Appended() <-chan struct{} { return s.seq.appended.C() }
 
+// OnSequenced adds a hook that every later sequencing pass on the store's
+// pool runs, whichever store's write it sequences (see SequencedHook).
+func (s *Store) OnSequenced(h SequencedHook) { s.seq.onSequenced(h) }
+
 // Submitted returns a channel closed after the next commit on this node
 // that makes a task PENDING (submitted, requeued, released, reviewed).
 func (s *Store) Submitted() <-chan struct{} { return s.submitted.C() }
