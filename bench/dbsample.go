@@ -40,6 +40,11 @@ func statementKey(q string) string {
 	return q
 }
 
+// sampleEvery is how often a sampler reads PROCESSLIST. Each read costs
+// the database about a millisecond, which a row's costs include, so the
+// samples are no denser than a profile of a few seconds needs.
+const sampleEvery = 50 * time.Millisecond
+
 func (e *env) startSampler(ctx context.Context, every time.Duration) *dbSampler {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &dbSampler{running: map[string]int{}, stop: cancel}

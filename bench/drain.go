@@ -178,7 +178,7 @@ func runDrain(ctx context.Context, e *env, name string, n int, prefilled, timeou
 			pprof.StopCPUProfile()
 		}
 	}()
-	sampler := e.startSampler(ctx, 20*time.Millisecond)
+	sampler := e.startSampler(ctx, sampleEvery)
 	defer sampler.stop()
 	zero := uint64(0)
 	began := time.Now()

@@ -136,7 +136,7 @@ func runLatency(ctx context.Context, e *env, levels []loadLevel, dur time.Durati
 				})
 			}
 		}
-		sampler := e.startSampler(ctx, 20*time.Millisecond)
+		sampler := e.startSampler(ctx, sampleEvery)
 		jobs := make(chan string, len(ids[li]))
 		var errs, committed, late atomic.Int64
 		var senders sync.WaitGroup

@@ -120,7 +120,7 @@ func runLive(ctx context.Context, e *env, prefix string, n, batch int, timeout t
 	if err != nil {
 		return nil, err
 	}
-	sampler := e.startSampler(ctx, 20*time.Millisecond)
+	sampler := e.startSampler(ctx, sampleEvery)
 	defer sampler.stop()
 	began := time.Now()
 	var next atomic.Int64
@@ -156,7 +156,9 @@ func runLive(ctx context.Context, e *env, prefix string, n, batch int, timeout t
 		for i, q := range queueIDs {
 			args[i] = q
 		}
-		err := waitFor(ctx, timeout, 5*time.Millisecond, "live results", func() (bool, error) {
+		// Every 25 ms: a row runs for many seconds, and a tighter poll is
+		// a statement stream of its own in the row's costs.
+		err := waitFor(ctx, timeout, 25*time.Millisecond, "live results", func() (bool, error) {
 			var head int
 			err := e.pool.QueryRowContext(ctx, `SELECT COALESCE(SUM(head_sequence), 0) FROM queue_streams
 				WHERE queue_id IN (?`+strings.Repeat(", ?", len(args)-1)+`)`, args...).Scan(&head)
