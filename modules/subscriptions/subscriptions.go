@@ -72,8 +72,8 @@ type Log interface {
 	// that appends to a result log.
 	Appended() <-chan struct{}
 	// OnSequenced adds a hook that every sequencing pass of the result
-	// log runs in its transaction.
-	OnSequenced(h tasks.SequencedHook)
+	// log runs in its transaction, until remove is called.
+	OnSequenced(h tasks.SequencedHook) (remove func())
 }
 
 // Module is the subscriptions module.
@@ -100,6 +100,10 @@ type Module struct {
 	metrics *deliveryMetrics
 	// activity counts this node's deliveries and ACKs per minute.
 	activity *activity
+
+	// stopSequenced removes the hook Start gave the result log's
+	// sequencing passes.
+	stopSequenced func()
 
 	loops bg.Group
 }
@@ -144,7 +148,6 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	}
 	m.log = log
 	m.db = env.DB
-	log.OnSequenced(m.sequenced)
 	a, err := modules.Require[auth.Authenticator](env, "admin")
 	if err != nil {
 		return fmt.Errorf("subscriptions: %w", err)
@@ -180,9 +183,12 @@ func (m *Module) sequenced(ctx context.Context, tx *sql.Tx, appended []tasks.App
 // Routes mounts the management endpoints.
 func (m *Module) Routes(r *mux.Router) { m.routes(r) }
 
-// Start runs the background materialiser, the lease sweeper and the
-// purger of deleted subscriptions' deliveries until Stop.
+// Start gives the result log's sequencing passes the hook that
+// materialises what they append, and runs the background materialiser, the
+// lease sweeper and the purger of deleted subscriptions' deliveries until
+// Stop.
 func (m *Module) Start(context.Context) error {
+	m.stopSequenced = m.log.OnSequenced(m.sequenced)
 	m.loops.Go(m.materializeLoop)
 	m.loops.Go(func(ctx context.Context) { bg.Every(ctx, m.cfg.RecoverInterval, m.recoverExpired) })
 	m.loops.Go(m.purgeLoop)
@@ -191,6 +197,13 @@ func (m *Module) Start(context.Context) error {
 
 // Stop stops the background work and waits for it, bounded by ctx.
 func (m *Module) Stop(ctx context.Context) error {
+	if m.stopSequenced != nil {
+		// Passes of this pool after the stop (a server that follows this
+		// one, in tests) must not materialise for this module, whose
+		// claimable signal nobody waits on any more.
+		m.stopSequenced()
+		m.stopSequenced = nil
+	}
 	if err := m.loops.Stop(ctx); err != nil {
 		return fmt.Errorf("subscriptions: stop: %w", err)
 	}

@@ -123,4 +123,4 @@ func (m *Module) Submitted() <-chan struct{} { return m.store.Submitted() }
 func (m *Module) CancelRequested() <-chan struct{} { return m.store.CancelRequested() }
 
 // OnSequenced: see Store.OnSequenced.
-func (m *Module) OnSequenced(h SequencedHook) { m.store.OnSequenced(h) }
+func (m *Module) OnSequenced(h SequencedHook) (remove func()) { return m.store.OnSequenced(h) }

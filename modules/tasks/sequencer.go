@@ -88,15 +88,23 @@ type sequencer struct {
 	// from is the lowest intake id the next round must read from: the
 	// lowest among the rows of the syncs waiting for it.
 	from uint64
-	// hooks run in every pass (OnSequenced).
-	hooks []SequencedHook
+	// hooks run in every pass (OnSequenced). A round takes the slice as
+	// it is, so it is replaced, never changed in place.
+	hooks []*SequencedHook
 }
 
-// onSequenced adds a hook that every later pass of this pool runs.
-func (q *sequencer) onSequenced(h SequencedHook) {
+// onSequenced adds a hook that every later pass of this pool runs, until
+// remove is called.
+func (q *sequencer) onSequenced(h SequencedHook) (remove func()) {
+	entry := &h
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.hooks = append(q.hooks, h)
+	q.hooks = append(slices.Clone(q.hooks), entry)
+	return func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		q.hooks = slices.DeleteFunc(slices.Clone(q.hooks), func(e *SequencedHook) bool { return e == entry })
+	}
 }
 
 // round is one run of passes for the syncs waiting when it began.
@@ -231,7 +239,7 @@ type intakeRow struct {
 // from from on into the result log, numbering each queue's rows in intake
 // order, in one transaction that also runs hooks. It records the sequences
 // it gave in out and returns how many rows it moved.
-func sequencePass(ctx context.Context, pool *sql.DB, from uint64, hooks []SequencedHook, out map[string]uint64) (int, error) {
+func sequencePass(ctx context.Context, pool *sql.DB, from uint64, hooks []*SequencedHook, out map[string]uint64) (int, error) {
 	var moved []intakeRow
 	var given map[string]uint64
 	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
@@ -279,7 +287,7 @@ func sequencePass(ctx context.Context, pool *sql.DB, from uint64, hooks []Sequen
 			}
 		}
 		for _, h := range hooks {
-			if err := h(ctx, tx, appended); err != nil {
+			if err := (*h)(ctx, tx, appended); err != nil {
 				return err
 			}
 		}

@@ -198,3 +198,39 @@ func TestT8_ReadingATaskWaitsForItsEventsSequence(t *testing.T) {
 		t.Fatalf("log %+v, want the task's event at 1", events)
 	}
 }
+
+// TestT9_PassesRunTheHooksUntilRemoved: a pass runs every hook added to its
+// pool's sequencer, in its transaction, with what it appended per queue;
+// a removed hook is not run again.
+func TestT9_PassesRunTheHooksUntilRemoved(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	ctx := context.Background()
+	queue := f.queues[0]
+	var kept, removed []Appended
+	f.store.OnSequenced(func(_ context.Context, _ *sql.Tx, a []Appended) error { kept = append(kept, a...); return nil })
+	remove := f.store.OnSequenced(func(_ context.Context, _ *sql.Tx, a []Appended) error { removed = append(removed, a...); return nil })
+	cancel := func(n int) {
+		t.Helper()
+		ids := f.submit(t, queue, n, false, 1)
+		if err := db.Tx(ctx, f.db, func(tx *sql.Tx) error {
+			for _, id := range ids {
+				if _, _, err := TaskCancel(ctx, tx, id, ""); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel(2)
+	remove()
+	cancel(1)
+	if len(removed) != 1 || removed[0].QueueID != queue || removed[0].From != 0 || len(removed[0].Events) != 2 {
+		t.Fatalf("removed hook saw %+v; want the first pass only: 2 events after 0", removed)
+	}
+	if len(kept) != 2 || kept[1].From != 2 || len(kept[1].Events) != 1 || kept[1].Events[0].Sequence != 3 || kept[1].Events[0].Type != EventCancelled {
+		t.Fatalf("kept hook saw %+v; want both passes, the second appending sequence 3 after 2", kept)
+	}
+}

@@ -71,8 +71,10 @@ func (s *Store) pool() *sql.DB { return s.db }
 func (s *Store) Appended() <-chan struct{} { return s.seq.appended.C() }
 
 // OnSequenced adds a hook that every later sequencing pass on the store's
-// pool runs, whichever store's write it sequences (see SequencedHook).
-func (s *Store) OnSequenced(h SequencedHook) { s.seq.onSequenced(h) }
+// pool runs, whichever store's write it sequences (see SequencedHook),
+// until remove is called: a module that stops must remove its hook, or
+// passes of the servers that follow it on the pool would still run it.
+func (s *Store) OnSequenced(h SequencedHook) (remove func()) { return s.seq.onSequenced(h) }
 
 // Submitted returns a channel closed after the next commit on this node
 // that makes a task PENDING (submitted, requeued, released, reviewed).
