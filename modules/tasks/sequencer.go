@@ -118,8 +118,9 @@ type round struct {
 
 // sync returns once every intake row with an id from from on, committed
 // before the call, is sequenced, with the sequences of the events named by
-// ids (those it could not find are absent). A caller that finds no round
-// running runs one for itself and for everyone who arrives meanwhile.
+// ids; it returns an error when ctx ends first. A caller that finds no
+// round running runs one for itself and for everyone who arrives
+// meanwhile.
 //
 // A pass reads the intake in id order from the lowest id its callers
 // staged, not from the start: the start of the index holds the rows
@@ -128,19 +129,26 @@ type round struct {
 // node that died, or by a commit whose own sync failed) are found by the
 // sweep, which syncs from 0.
 func (q *sequencer) sync(ctx context.Context, from uint64, ids ...string) (map[string]uint64, error) {
-	for attempt := 1; ; attempt++ {
+	for {
 		out, err := q.syncOnce(ctx, from, ids)
-		if err != nil || len(out) == len(ids) || attempt == syncAttempts {
+		if err != nil || len(out) == len(ids) {
 			return out, err
 		}
-		// An event of ids was held by another node's pass, which then
-		// rolled back: it is in the intake still.
+		// An event of ids was held by another node's pass: it is in the
+		// log once that pass commits, and the next round takes it if the
+		// pass rolls back. Returning before either would answer a write
+		// whose event has no sequence yet.
+		select {
+		case <-ctx.Done():
+			return out, fmt.Errorf("tasks: %d of %d events not sequenced: %w", len(ids)-len(out), len(ids), ctx.Err())
+		case <-time.After(syncRetryPause):
+		}
 	}
 }
 
-// syncAttempts bounds the rounds one sync runs for events another node's
-// failed pass held; what is left then waits for the sweep.
-const syncAttempts = 3
+// syncRetryPause is how long a sync waits before it looks again for events
+// another node's pass held.
+const syncRetryPause = 2 * time.Millisecond
 
 // syncOnce is one round of sync.
 func (q *sequencer) syncOnce(ctx context.Context, from uint64, ids []string) (map[string]uint64, error) {
