@@ -86,7 +86,8 @@ type Module struct {
 	log    Log
 	logger *slog.Logger
 
-	// wake asks the background materialiser to run now.
+	// wake asks the background materialiser to run now, or, after a run
+	// it started less than ackWakeSpacing ago, when that has passed.
 	wake wake.Broadcast
 	// claimable is notified when deliveries may have become claimable on
 	// this node (materialised, recovered or retried), so event connections
@@ -218,6 +219,7 @@ func (m *Module) materializeLoop(ctx context.Context) {
 	defer ticker.Stop()
 	for ctx.Err() == nil {
 		appended, woken := m.log.Appended(), m.wake.C()
+		ran := time.Now()
 		n, err := deliveryMaterializeAll(ctx, m.db, m.log, m.cfg.MaterializeBatch, func(id string, err error) {
 			if err != ErrHistoryExpired && err != ErrSubscriptionDeleted {
 				m.logger.Warn("materialize", "subscription_id", id, "err", err)
@@ -232,11 +234,25 @@ func (m *Module) materializeLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-appended:
-		case <-woken:
 		case <-ticker.C:
+		case <-woken:
+			// ACK batches wake the materialiser one after another while
+			// a backlog drains, and each run counts the backlog of every
+			// subscription behind. Runs woken that way start at least
+			// ackWakeSpacing apart, each taking the room several batches
+			// freed; results appended meanwhile start one at once.
+			select {
+			case <-ctx.Done():
+			case <-appended:
+			case <-time.After(ackWakeSpacing - time.Since(ran)):
+			}
 		}
 	}
 }
+
+// ackWakeSpacing is the least time between two runs of the materialiser
+// woken by ACKs.
+const ackWakeSpacing = 10 * time.Millisecond
 
 // purgeLoop removes the deliveries of deleted subscriptions in bounded
 // batches (K-11), woken by deletions on this node and otherwise every
