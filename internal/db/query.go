@@ -25,6 +25,12 @@ func Args[T any](vs []T) []any {
 	return args
 }
 
+// CaseByID is a CASE expression that gives each of n rows its own value by
+// the row's id: its arguments are n (id, value) pairs, in any order.
+func CaseByID(n int) string {
+	return "CASE id" + strings.Repeat(" WHEN ? THEN ?", n) + " END"
+}
+
 // QueryStrings runs a query that selects one string column and returns its
 // values in order.
 func QueryStrings(ctx context.Context, q Querier, query string, args ...any) ([]string, error) {

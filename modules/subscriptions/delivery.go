@@ -218,7 +218,7 @@ func recoverLeases(ctx context.Context, tx *sql.Tx, subscriptionIDs []string, ba
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'PENDING', revision = revision + 1,
 			lease_until = NULL, lease_session_id = NULL, last_error = '`+LastErrorLeaseExpired+`',
-			available_at = CASE id`+strings.Repeat(" WHEN ? THEN ?", len(toPending))+` END
+			available_at = `+db.CaseByID(len(toPending))+`
 			WHERE id IN (`+db.Placeholders(len(toPending))+`)`,
 			append(cases, pendingIDs...)...); err != nil {
 			return 0, err
@@ -386,7 +386,7 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 		args = append(args, ids...)
 		if _, err := tx.ExecContext(ctx, `UPDATE event_deliveries SET state = 'LEASED', revision = revision + 1,
 			lease_epoch = lease_epoch + 1, attempts = attempts + 1, lease_until = ?, lease_session_id = ?, leased_at = ?,
-			lease_secret_digest = CASE id`+strings.Repeat(" WHEN ? THEN ?", len(picked))+` END
+			lease_secret_digest = `+db.CaseByID(len(picked))+`
 			WHERE id IN (`+db.Placeholders(len(picked))+`)`, args...); err != nil {
 			return err
 		}

@@ -170,24 +170,11 @@ func materializeAppended(ctx context.Context, tx *sql.Tx, appended []tasks.Appen
 		queues = append(queues, a.QueueID)
 		positions = append(positions, a.QueueID, a.From)
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT `+subscriptionColumns+` FROM subscriptions s
+	subs, err := db.QueryAll(ctx, tx, scanSubscription, `SELECT `+subscriptionColumns+` FROM subscriptions s
 		WHERE s.queue_id IN (`+db.Placeholders(len(queues))+`) AND s.enabled = 1
 		AND (s.queue_id, s.cursor_sequence) IN (`+strings.TrimSuffix(strings.Repeat("(?, ?), ", len(appended)), ", ")+`)
 		FOR UPDATE SKIP LOCKED`, append(queues, positions...)...)
 	if err != nil {
-		return 0, err
-	}
-	var subs []*Subscription
-	for rows.Next() {
-		s, err := scanSubscription(rows)
-		if err != nil {
-			rows.Close()
-			return 0, err
-		}
-		subs = append(subs, s)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return 0, err
 	}
 	var ins deliveryInserts
@@ -211,8 +198,8 @@ func materializeAppended(ctx context.Context, tx *sql.Tx, appended []tasks.Appen
 		return 0, err
 	}
 	if len(moved) > 0 {
-		if _, err := tx.ExecContext(ctx, `UPDATE subscriptions SET cursor_sequence = CASE id`+strings.Repeat(" WHEN ? THEN ?", len(moved))+
-			` END WHERE id IN (`+db.Placeholders(len(moved))+`)`, append(cursors, moved...)...); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE subscriptions SET cursor_sequence = `+db.CaseByID(len(moved))+
+			` WHERE id IN (`+db.Placeholders(len(moved))+`)`, append(cursors, moved...)...); err != nil {
 			return 0, err
 		}
 	}

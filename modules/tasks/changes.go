@@ -131,7 +131,7 @@ func tasksSaveChunk(ctx context.Context, tx *sql.Tx, tasks []*Task) error {
 			args = append(args, values[0][c])
 			continue
 		}
-		set[c] = column + " = CASE id" + strings.Repeat(" WHEN ? THEN ?", len(tasks)) + " END"
+		set[c] = column + " = " + db.CaseByID(len(tasks))
 		for i, v := range values {
 			args = append(args, ids[i], v[c])
 		}

@@ -530,7 +530,7 @@ type attemptClose struct {
 // id, as in tasksSave).
 func attemptsClose(ctx context.Context, tx *sql.Tx, closed []attemptClose, now time.Time) error {
 	for chunk := range slices.Chunk(closed, caseRowsPerStatement) {
-		whens := strings.Repeat(" WHEN ? THEN ?", len(chunk))
+		byID := db.CaseByID(len(chunk))
 		args := make([]any, 0, 5*len(chunk)+1)
 		for _, a := range chunk {
 			args = append(args, a.id, a.outcome)
@@ -542,8 +542,8 @@ func attemptsClose(ctx context.Context, tx *sql.Tx, closed []attemptClose, now t
 		for _, a := range chunk {
 			args = append(args, a.id)
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE task_attempts SET state = 'COMPLETED', outcome = CASE id`+whens+` END,
-			reply = CASE id`+whens+` END, ended_at = ? WHERE id IN (`+db.Placeholders(len(chunk))+`)`, args...); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE task_attempts SET state = 'COMPLETED', outcome = `+byID+`,
+			reply = `+byID+`, ended_at = ? WHERE id IN (`+db.Placeholders(len(chunk))+`)`, args...); err != nil {
 			return err
 		}
 	}

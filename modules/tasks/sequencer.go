@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -351,7 +350,7 @@ func sequenceQueue(ctx context.Context, tx *sql.Tx, queueID string, rows []intak
 		}
 		if _, err := tx.ExecContext(ctx, `
 			INSERT INTO result_events (queue_id, sequence, id, type, task_id, task_revision, occurred_at, details, snapshot)
-			SELECT queue_id, CASE id`+strings.Repeat(" WHEN ? THEN ?", len(chunk))+` END, event_id, type, task_id, task_revision,
+			SELECT queue_id, `+db.CaseByID(len(chunk))+`, event_id, type, task_id, task_revision,
 				occurred_at, details, snapshot
 			FROM result_intake WHERE id IN (`+db.Placeholders(len(chunk))+`)`, args...); err != nil {
 			return Appended{}, fmt.Errorf("append events: %w", err)
