@@ -2,6 +2,7 @@ package subscriptions
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 )
@@ -47,4 +48,41 @@ func TestClaim_RecoveredLeasesJoinWhatWasPickedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	distinctLeases(t, leases, 2)
+}
+
+// TestE4_ClaimsRacingOnOneSessionStayWithinItsCapacity: claims of one
+// session that wait for each other's lock on its row count the leases the
+// one before committed, so together they never lease beyond the capacity.
+func TestE4_ClaimsRacingOnOneSessionStayWithinItsCapacity(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	f.appendEvents(t, 40)
+	s := f.create(t, "racing", nil, zero(), 100)
+	if _, _, err := deliveryMaterialize(ctx, f.db, f.log, s.ID, 100); err != nil {
+		t.Fatal(err)
+	}
+	const capacity = 3
+	session, err := EventSessionOpen(ctx, f.db, nil, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: capacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		leases []Lease
+	)
+	for range 8 {
+		wg.Go(func() {
+			got, err := DeliveryClaim(ctx, f.db, f.log, f.grants, &DeliveryClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			leases = append(leases, got...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	distinctLeases(t, leases, capacity)
 }

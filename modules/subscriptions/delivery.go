@@ -295,10 +295,20 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
 		out = nil
 		var subscriptionID string
-		var capacity int
+		var capacity, held int
 		var closed sql.NullTime
-		err := tx.QueryRowContext(ctx, `SELECT subscription_id, capacity, closed_at FROM event_sessions WHERE id = ? FOR UPDATE`, p.SessionID).
-			Scan(&subscriptionID, &capacity, &closed)
+		var enabled sql.NullBool
+		var queueID sql.NullString
+		// One round trip locks the session and reads, without locking
+		// them, its subscription's state and the leases it holds, once
+		// the session's lock is granted: the count sees every lease
+		// committed by the transaction that held the lock before.
+		err := tx.QueryRowContext(ctx, `SELECT e.subscription_id, e.capacity, e.closed_at,
+			(SELECT s.enabled FROM subscriptions s WHERE s.id = e.subscription_id),
+			(SELECT s.queue_id FROM subscriptions s WHERE s.id = e.subscription_id),
+			(SELECT COUNT(*) FROM event_deliveries d WHERE d.lease_session_id = e.id AND d.state = 'LEASED')
+			FROM event_sessions e WHERE e.id = ? FOR UPDATE`, p.SessionID).
+			Scan(&subscriptionID, &capacity, &closed, &enabled, &queueID, &held)
 		if err != nil {
 			return err
 		}
@@ -312,23 +322,13 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 		if denied[0] != nil {
 			return denied[0]
 		}
-		var enabled bool
-		var queueID string
-		err = tx.QueryRowContext(ctx, `SELECT enabled, queue_id FROM subscriptions WHERE id = ?`, subscriptionID).Scan(&enabled, &queueID)
-		if errors.Is(err, sql.ErrNoRows) {
+		if !queueID.Valid {
 			return ErrSubscriptionDeleted
 		}
-		if err != nil {
-			return err
-		}
-		if !enabled {
+		if !enabled.Bool {
 			return nil
 		}
 		now := db.Now()
-		var held int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM event_deliveries WHERE lease_session_id = ? AND state = 'LEASED'`, p.SessionID).Scan(&held); err != nil {
-			return err
-		}
 		free := capacity - held
 		if free <= 0 {
 			// A full connection leases nothing, but its claim still
@@ -390,7 +390,7 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 			WHERE id IN (`+db.Placeholders(len(picked))+`)`, args...); err != nil {
 			return err
 		}
-		events, err := log.EventsBySequence(ctx, tx, queueID, sequences)
+		events, err := log.EventsBySequence(ctx, tx, queueID.String, sequences)
 		if err != nil {
 			return err
 		}

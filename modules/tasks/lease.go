@@ -130,14 +130,16 @@ func (s *Store) WorkerSessionClose(ctx context.Context, sessionID string) error 
 // sessionLock locks a worker session's row in tx and returns its queue, its
 // capacity and the leases it holds; open is false for a closed session.
 // Capacity checks count against this locked row, so they hold across nodes.
+// The count is read in the same round trip, without locking the attempts,
+// once the session's lock is granted: it sees every lease committed by the
+// transaction that held the lock before.
 func sessionLock(ctx context.Context, tx *sql.Tx, sessionID string) (queueID string, capacity, held int, open bool, err error) {
 	var closed sql.NullTime
-	err = tx.QueryRowContext(ctx, `SELECT queue_id, capacity, closed_at FROM worker_sessions WHERE id = ? FOR UPDATE`, sessionID).
-		Scan(&queueID, &capacity, &closed)
+	err = tx.QueryRowContext(ctx, `SELECT w.queue_id, w.capacity, w.closed_at,
+		(SELECT COUNT(*) FROM task_attempts a WHERE a.session_id = w.id AND a.state = 'RUNNING')
+		FROM worker_sessions w WHERE w.id = ? FOR UPDATE`, sessionID).
+		Scan(&queueID, &capacity, &closed, &held)
 	if err != nil || closed.Valid {
-		return "", 0, 0, false, err
-	}
-	if err = tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM task_attempts WHERE session_id = ? AND state = 'RUNNING'`, sessionID).Scan(&held); err != nil {
 		return "", 0, 0, false, err
 	}
 	return queueID, capacity, held, true, nil

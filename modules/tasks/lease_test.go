@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -246,4 +247,44 @@ func TestT4_LeaseTellsWhenTheSessionIsFull(t *testing.T) {
 	lease(open(3), 1, false)
 	// An empty queue leaves a session with room not full.
 	lease(open(1), 0, false)
+}
+
+// TestT4_LeasesRacingOnOneSessionStayWithinItsCapacity: leases of one
+// session that wait for each other's lock on its row count the attempts the
+// one before committed, so together they never lease beyond the capacity.
+func TestT4_LeasesRacingOnOneSessionStayWithinItsCapacity(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	ctx := context.Background()
+	queue := f.queues[0]
+	f.submit(t, queue, 20, true, 3)
+	const capacity = 3
+	session, err := f.store.WorkerSessionOpen(ctx, &WorkerSessionOpenParams{QueueID: queue, CredentialID: f.worker, Capacity: capacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		assigned int
+	)
+	for range 8 {
+		wg.Go(func() {
+			got, _, err := f.store.AttemptLease(ctx, session, f.grant(queue), time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			assigned += len(got)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	var running int
+	if err := f.db.QueryRow(`SELECT COUNT(*) FROM task_attempts WHERE session_id = ? AND state = 'RUNNING'`, session).Scan(&running); err != nil {
+		t.Fatal(err)
+	}
+	if assigned != capacity || running != capacity {
+		t.Fatalf("%d assigned, %d attempts running; want %d (the capacity)", assigned, running, capacity)
+	}
 }
