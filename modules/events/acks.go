@@ -31,16 +31,20 @@ type ackRequest = batch.Request[subscriptions.DeliveryAckParams, subscriptions.A
 
 // newAckBatcher returns the node's ACK batcher, recording through deliveries;
 // acked runs after a batch that acknowledged at least one delivery, before
-// its ACKs are answered.
-func newAckBatcher(deliveries Deliveries, acked func()) *batch.Batcher[*ackRequest] {
+// its ACKs are answered, with the subscriptions of the deliveries it
+// acknowledged.
+func newAckBatcher(deliveries Deliveries, acked func(subscriptionIDs []string)) *batch.Batcher[*ackRequest] {
 	return batch.New(ackFlushers, maxAckBatch, func(requests []*ackRequest) {
 		batch.Record(requests, ackTimeout, func(ctx context.Context, params []*subscriptions.DeliveryAckParams) ([]subscriptions.AckOutcome, error) {
 			outcomes, err := deliveries.DeliveryAckBatch(ctx, params)
-			for _, o := range outcomes {
+			var freed []string
+			for i, o := range outcomes {
 				if o.Err == nil && !o.Result.Deduplicated {
-					acked()
-					break
+					freed = append(freed, params[i].SubscriptionID)
 				}
+			}
+			if len(freed) > 0 {
+				acked(freed)
 			}
 			return outcomes, err
 		})

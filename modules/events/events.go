@@ -107,9 +107,9 @@ type Deliveries interface {
 	// Claimable returns a channel closed when deliveries may have become
 	// claimable on this node.
 	Claimable() <-chan struct{}
-	// MaterializeSoon wakes the background materialiser, after ACKs made
-	// room in backlogs that were full.
-	MaterializeSoon()
+	// RoomFreed tells the background materialiser that ACKs made room in
+	// the backlogs of these subscriptions.
+	RoomFreed(subscriptionIDs []string)
 	// DeliveryOutcome counts committed delivery outcomes
 	// (orbit_deliveries_total).
 	DeliveryOutcome(subscriptionID, namespaceID, outcome string, n int)
@@ -204,7 +204,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.logger = env.Logger.With("module", "events")
 	m.nodeID = env.NodeID
 	m.tracer = tracing.NewTracer(env.Tracing, tracerName)
-	m.acks = newAckBatcher(s, s.MaterializeSoon)
+	m.acks = newAckBatcher(s, s.RoomFreed)
 	m.controls = newControlBatcher(s)
 	m.pool = newClaimPool(m.cfg.ClaimsInFlight, m.cfg.ClaimsPerApp, m.cfg.ClaimsQueued, m.cfg.ClaimsPerRound)
 	m.metrics = newEventMetrics(env.Metrics, m.pool)

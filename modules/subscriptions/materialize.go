@@ -159,9 +159,12 @@ func (ins *deliveryInserts) exec(ctx context.Context, tx *sql.Tx) error {
 // transaction of its own comes between an append and a claim. It follows
 // deliveryMaterialize's rules (scan). Subscriptions another transaction
 // holds (the materialiser, a configuration change: SKIP LOCKED), and those
-// behind, paused or full, are left to the materialiser, which the pass's
-// commit wakes as before. It returns how many deliveries it created.
-func materializeAppended(ctx context.Context, tx *sql.Tx, appended []tasks.Appended) (int, error) {
+// behind, are left to the background materialiser: leftBehind reports
+// whether a queue has such a subscription, or may have (a queue none of
+// whose subscriptions was locked here). Paused subscriptions wait for their
+// resume, full backlogs for the ACKs that make room (RoomFreed). It
+// returns how many deliveries it created.
+func materializeAppended(ctx context.Context, tx *sql.Tx, appended []tasks.Appended) (created int, leftBehind bool, err error) {
 	byQueue := make(map[string]tasks.Appended, len(appended))
 	queues := make([]any, 0, len(appended))
 	positions := make([]any, 0, 2*len(appended))
@@ -170,24 +173,41 @@ func materializeAppended(ctx context.Context, tx *sql.Tx, appended []tasks.Appen
 		queues = append(queues, a.QueueID)
 		positions = append(positions, a.QueueID, a.From)
 	}
-	subs, err := db.QueryAll(ctx, tx, scanSubscription, `SELECT `+subscriptionColumns+` FROM subscriptions s
+	// Each row also counts the enabled subscriptions of its queue, without
+	// locking them: more than were locked here means some were left.
+	type lockedSubscription struct {
+		*Subscription
+		enabledInQueue int
+	}
+	subs, err := db.QueryAll(ctx, tx, func(row db.Scanner) (lockedSubscription, error) {
+		var l lockedSubscription
+		var err error
+		l.Subscription, err = scanSubscription(scanMore{row, []any{&l.enabledInQueue}})
+		return l, err
+	}, `SELECT `+subscriptionColumns+`,
+		(SELECT COUNT(*) FROM subscriptions x WHERE x.queue_id = s.queue_id AND x.enabled = 1)
+		FROM subscriptions s
 		WHERE s.queue_id IN (`+db.Placeholders(len(queues))+`) AND s.enabled = 1
 		AND (s.queue_id, s.cursor_sequence) IN (`+strings.TrimSuffix(strings.Repeat("(?, ?), ", len(appended)), ", ")+`)
 		FOR UPDATE SKIP LOCKED`, append(queues, positions...)...)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	var ins deliveryInserts
 	var cursors, moved []any
+	locked := make(map[string]int, len(appended))
+	enabled := make(map[string]int, len(appended))
 	now := db.Now()
 	for _, s := range subs {
+		locked[s.QueueID]++
+		enabled[s.QueueID] = s.enabledInQueue
 		room := s.MaxPending - s.PendingCount
 		if room <= 0 {
 			continue
 		}
-		cursor, _, err := ins.scan(s, byQueue[s.QueueID].Events, room, now)
+		cursor, _, err := ins.scan(s.Subscription, byQueue[s.QueueID].Events, room, now)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		if cursor != s.CursorSequence {
 			cursors = append(cursors, s.ID, cursor)
@@ -195,26 +215,72 @@ func materializeAppended(ctx context.Context, tx *sql.Tx, appended []tasks.Appen
 		}
 	}
 	if err := ins.exec(ctx, tx); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if len(moved) > 0 {
 		if _, err := tx.ExecContext(ctx, `UPDATE subscriptions SET cursor_sequence = `+db.CaseByID(len(moved))+
 			` WHERE id IN (`+db.Placeholders(len(moved))+`)`, append(cursors, moved...)...); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 	}
-	return ins.rows, nil
+	for _, a := range appended {
+		if locked[a.QueueID] == 0 || locked[a.QueueID] < enabled[a.QueueID] {
+			leftBehind = true
+		}
+	}
+	return ins.rows, leftBehind, nil
 }
 
-// deliveryMaterializeAll materialises every enabled subscription that is behind its
-// queue's head, each until it is caught up or its backlog is full. It is
-// what the background materialiser runs; errors of single subscriptions are
-// passed to onError and do not stop the others.
+// scanMore scans a row's leading columns into what its caller asks for
+// and the rest into more.
+type scanMore struct {
+	row  db.Scanner
+	more []any
+}
+
+func (s scanMore) Scan(dest ...any) error { return s.row.Scan(append(dest, s.more...)...) }
+
+// deliveryMaterializeAll materialises every enabled subscription that is
+// behind its queue's head and has room in its backlog, each until it is
+// caught up or its backlog is full. It is what the background materialiser
+// runs when it looks at every subscription; errors of single subscriptions
+// are passed to onError and do not stop the others.
 func deliveryMaterializeAll(ctx context.Context, pool *sql.DB, log Log, batch int, onError func(subscriptionID string, err error)) (int, error) {
-	ids, err := behind(ctx, pool, log)
+	ids, err := behindWithRoom(ctx, pool, log)
 	if err != nil {
 		return 0, fmt.Errorf("subscriptions: find behind: %w", err)
 	}
+	return materializeEach(ctx, pool, log, ids, batch, onError), ctx.Err()
+}
+
+// behindWithRoom returns the enabled subscriptions that are behind their
+// queue's head and have room in their backlog.
+func behindWithRoom(ctx context.Context, pool *sql.DB, log Log) ([]string, error) {
+	ids, err := behind(ctx, pool, log, nil)
+	if err != nil {
+		return nil, err
+	}
+	return withRoom(ctx, pool, ids)
+}
+
+// deliveryMaterializeFreed materialises those of the given subscriptions,
+// whose backlogs ACKs made room in, that are enabled and behind their
+// queue's head, as deliveryMaterializeAll does. It does not count their
+// backlogs first: each materialisation counts its own, under its lock.
+func deliveryMaterializeFreed(ctx context.Context, pool *sql.DB, log Log, ids []string, batch int, onError func(subscriptionID string, err error)) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	ids, err := behind(ctx, pool, log, ids)
+	if err != nil {
+		return 0, fmt.Errorf("subscriptions: find behind: %w", err)
+	}
+	return materializeEach(ctx, pool, log, ids, batch, onError), ctx.Err()
+}
+
+// materializeEach materialises each subscription until it is caught up or
+// its backlog is full, and returns the deliveries it created.
+func materializeEach(ctx context.Context, pool *sql.DB, log Log, ids []string, batch int, onError func(subscriptionID string, err error)) int {
 	total := 0
 	for _, id := range ids {
 		for ctx.Err() == nil {
@@ -229,13 +295,18 @@ func deliveryMaterializeAll(ctx context.Context, pool *sql.DB, log Log, batch in
 			}
 		}
 	}
-	return total, ctx.Err()
+	return total
 }
 
 // behind returns the enabled subscriptions whose cursor is below their
-// queue's committed head and whose backlog has room.
-func behind(ctx context.Context, pool *sql.DB, log Log) ([]string, error) {
-	rows, err := pool.QueryContext(ctx, `SELECT id, queue_id, cursor_sequence FROM subscriptions WHERE enabled = 1`)
+// queue's committed head: of ids, or of all when ids is nil.
+func behind(ctx context.Context, pool *sql.DB, log Log, ids []string) ([]string, error) {
+	query, args := `SELECT id, queue_id, cursor_sequence FROM subscriptions WHERE enabled = 1`, []any(nil)
+	if ids != nil {
+		query += ` AND id IN (` + db.Placeholders(len(ids)) + `)`
+		args = db.Args(ids)
+	}
+	rows, err := pool.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -263,27 +334,34 @@ func behind(ctx context.Context, pool *sql.DB, log Log) ([]string, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	if len(cursors) == 0 {
+		return nil, nil
+	}
 	heads, err := log.StreamHeads(ctx, pool, queues)
 	if err != nil {
 		return nil, err
 	}
-	var ids []any
+	var out []string
 	for _, c := range cursors {
 		if c.seq < heads[c.queueID] {
-			ids = append(ids, c.id)
+			out = append(out, c.id)
 		}
 	}
+	return out, nil
+}
+
+// withRoom returns those of ids whose backlog has room. Materialising a
+// full one is a transaction that locks it, finds no room and commits
+// nothing, and a node with many full backlogs would run one per full
+// subscription on every look; an ACK that frees room in one names it to
+// the materialiser (RoomFreed) instead.
+func withRoom(ctx context.Context, pool *sql.DB, ids []string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	// Of those, only the ones with room in their backlog: materialising a
-	// full one is a transaction that locks it, finds no room and commits
-	// nothing, and a node with many full backlogs ran one per full
-	// subscription on every append. An ACK that frees room wakes the
-	// materialiser, which then finds the subscription here again.
 	return db.QueryStrings(ctx, pool, `SELECT s.id FROM subscriptions s WHERE s.id IN (`+db.Placeholders(len(ids))+`)
 		AND s.max_pending > (SELECT COUNT(*) FROM event_deliveries d
-			WHERE d.subscription_id = s.id AND d.state IN ('PENDING', 'LEASED', 'EXPIRED'))`, ids...)
+			WHERE d.subscription_id = s.id AND d.state IN ('PENDING', 'LEASED', 'EXPIRED'))`, db.Args(ids)...)
 }
 
 // retentionHeld returns the lowest sequence in [from, to) of a queue's log

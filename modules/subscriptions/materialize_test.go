@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -273,7 +274,7 @@ func TestS23_FullBacklogsAreNotVisited(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.appendEvents(t, 2)
-	ids, err := behind(ctx, f.db, f.log)
+	ids, err := behindWithRoom(ctx, f.db, f.log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,11 +286,52 @@ func TestS23_FullBacklogsAreNotVisited(t *testing.T) {
 		WHERE subscription_id = ? AND sequence = 1`, full.ID); err != nil {
 		t.Fatal(err)
 	}
-	if ids, err = behind(ctx, f.db, f.log); err != nil {
+	if ids, err = behindWithRoom(ctx, f.db, f.log); err != nil {
 		t.Fatal(err)
 	}
 	if len(ids) != 2 {
 		t.Fatalf("behind %v, want both subscriptions once the full one has room", ids)
+	}
+}
+
+// TestS23_RoomFreedByAcksIsFilledForTheNamedSubscriptions: a run woken by
+// ACKs materialises the subscriptions they freed room in, up to their
+// max_pending, and no other.
+func TestS23_RoomFreedByAcksIsFilledForTheNamedSubscriptions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t)
+	f.appendEvents(t, 10)
+	named := f.create(t, "named", nil, zero(), 3)
+	other := f.create(t, "other", nil, zero(), 3)
+	if _, err := deliveryMaterializeAll(ctx, f.db, f.log, 100, func(id string, err error) { t.Error(id, err) }); err != nil {
+		t.Fatal(err)
+	}
+	// Two deliveries of each leave their backlogs.
+	if _, err := f.db.ExecContext(ctx, `UPDATE event_deliveries SET state = 'ACKED', revision = revision + 1
+		WHERE sequence <= 2`); err != nil {
+		t.Fatal(err)
+	}
+	n, err := deliveryMaterializeFreed(ctx, f.db, f.log, []string{named.ID}, 100, func(id string, err error) { t.Error(id, err) })
+	if err != nil || n != 2 {
+		t.Fatalf("materialised %d (%v), want 2: the room the ACKs freed", n, err)
+	}
+	for _, c := range []struct {
+		s      *Subscription
+		live   int
+		cursor uint64
+	}{{named, 3, 5}, {other, 1, 3}} {
+		got, err := subscriptionGet(ctx, f.db, c.s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.PendingCount != c.live || got.CursorSequence != c.cursor {
+			t.Errorf("%s: pending_count %d, cursor %d; want %d and %d", c.s.Name, got.PendingCount, got.CursorSequence, c.live, c.cursor)
+		}
+	}
+	// Caught up or not behind: nothing more to do for it.
+	if n, err := deliveryMaterializeFreed(ctx, f.db, f.log, []string{named.ID}, 100, func(id string, err error) { t.Error(id, err) }); err != nil || n != 0 {
+		t.Fatalf("second run materialised %d (%v), want 0: the backlog is full again", n, err)
 	}
 }
 
@@ -299,13 +341,15 @@ func TestS23_FullBacklogsAreNotVisited(t *testing.T) {
 // and S-24 (a full backlog takes what fits, a type filter skips and still
 // advances the cursor), so a write's deliveries exist when it returns. A
 // paused subscription and one behind its queue are left to the
-// materialiser.
+// materialiser, and the pass says when it left one behind.
 func TestS24_AppendedEventsAreMaterialisedInTheirPass(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
+	var leftBehind atomic.Bool
 	f.log.OnSequenced(func(ctx context.Context, tx *sql.Tx, appended []tasks.Appended) error {
-		_, err := materializeAppended(ctx, tx, appended)
+		_, left, err := materializeAppended(ctx, tx, appended)
+		leftBehind.Store(left)
 		return err
 	})
 	every := f.create(t, "every", nil, zero(), 100)
@@ -353,6 +397,9 @@ func TestS24_AppendedEventsAreMaterialisedInTheirPass(t *testing.T) {
 	want(failedOnly, 0, 3)
 	want(small, 2, 2)
 	want(paused, 0, 0)
+	if leftBehind.Load() {
+		t.Error("the pass says it left a subscription behind; every enabled one was at the cursor")
+	}
 
 	behind := f.create(t, "behind", nil, zero(), 100)
 	cancel(1)
@@ -360,6 +407,9 @@ func TestS24_AppendedEventsAreMaterialisedInTheirPass(t *testing.T) {
 	want(failedOnly, 0, 4)
 	want(small, 2, 2)
 	want(behind, 0, 0)
+	if !leftBehind.Load() {
+		t.Error("the pass does not say it left subscriptions behind (behind, and small after its backlog filled)")
+	}
 	// The materialiser takes over where the pass left off.
 	for _, s := range []*Subscription{behind, paused} {
 		if _, err := f.db.Exec(`UPDATE subscriptions SET enabled = 1 WHERE id = ?`, s.ID); err != nil {

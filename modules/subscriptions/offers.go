@@ -94,9 +94,13 @@ func (m *Module) DeliveryUnsent(ctx context.Context, l *Lease, delay time.Durati
 // connections claim without waiting for a poll.
 func (m *Module) Claimable() <-chan struct{} { return m.claimable.C() }
 
-// MaterializeSoon wakes the background materialiser, for instance after
-// ACKs made room in backlogs that were full.
-func (m *Module) MaterializeSoon() { m.wake.Notify() }
+// RoomFreed tells the background materialiser that ACKs made room in the
+// backlogs of these subscriptions: its next run woken by ACKs looks at
+// them alone.
+func (m *Module) RoomFreed(subscriptionIDs []string) {
+	m.freed.add(subscriptionIDs)
+	m.roomFreed.Notify()
+}
 
 // RetentionHeld returns the lowest sequence in [from, to) of a queue's log
 // that a live delivery holds, in the purge's transaction q.

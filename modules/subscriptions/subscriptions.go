@@ -10,6 +10,9 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -68,9 +71,6 @@ type Log interface {
 	EventScan(ctx context.Context, q tasks.Querier, queueID string, after uint64, limit int) ([]tasks.EventRef, error)
 	EventsBySequence(ctx context.Context, q tasks.Querier, queueID string, sequences []uint64) (map[uint64]tasks.Event, error)
 	EventGet(ctx context.Context, q tasks.Querier, queueID, eventID string) (tasks.Event, error)
-	// Appended returns a channel closed after the next commit on this node
-	// that appends to a result log.
-	Appended() <-chan struct{}
 	// OnSequenced adds a hook that every sequencing pass of the result
 	// log runs in its transaction, until remove is called.
 	OnSequenced(h tasks.SequencedHook) (remove func())
@@ -86,9 +86,14 @@ type Module struct {
 	log    Log
 	logger *slog.Logger
 
-	// wake asks the background materialiser to run now, or, after a run
-	// it started less than ackWakeSpacing ago, when that has passed.
+	// wake asks the background materialiser to look at every subscription
+	// now.
 	wake wake.Broadcast
+	// roomFreed asks it to look at the subscriptions in freed, whose
+	// backlogs ACKs on this node made room in, once ackWakeSpacing has
+	// passed since its last run began.
+	roomFreed wake.Broadcast
+	freed     subscriptionSet
 	// claimable is notified when deliveries may have become claimable on
 	// this node (materialised, recovered or retried), so event connections
 	// claim without waiting for a poll.
@@ -169,14 +174,18 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 
 // sequenced is the hook of the result log's sequencing passes: the events
 // a pass appends are materialised in its transaction (materializeAppended),
-// and deliveries it created are claimable once it commits.
+// deliveries it created are claimable once it commits, and the background
+// materialiser runs then only when the pass left subscriptions behind.
 func (m *Module) sequenced(ctx context.Context, tx *sql.Tx, appended []tasks.Appended) error {
-	n, err := materializeAppended(ctx, tx, appended)
+	n, leftBehind, err := materializeAppended(ctx, tx, appended)
 	if err != nil {
 		return fmt.Errorf("subscriptions: materialize appended events: %w", err)
 	}
 	if n > 0 {
 		db.OnCommit(tx, m.claimable.Notify)
+	}
+	if leftBehind {
+		db.OnCommit(tx, m.wake.Notify)
 	}
 	return nil
 }
@@ -212,39 +221,53 @@ func (m *Module) Stop(ctx context.Context) error {
 }
 
 // materializeLoop keeps deliveries materialised so that the management API
-// shows them without a connected consumer, woken by results committed on
-// this node and polling for those of other nodes.
+// shows them without a connected consumer. Sequencing passes materialise
+// what they append themselves and wake it only for the subscriptions they
+// left behind (sequenced); ACKs wake it for the backlogs they made room in;
+// it polls for the rest (results of other nodes, ACKs on other nodes).
 func (m *Module) materializeLoop(ctx context.Context) {
 	ticker := time.NewTicker(m.cfg.MaterializeInterval)
 	defer ticker.Stop()
+	everyone := true
 	for ctx.Err() == nil {
-		appended, woken := m.log.Appended(), m.wake.C()
+		woken, freed := m.wake.C(), m.roomFreed.C()
 		ran := time.Now()
-		n, err := deliveryMaterializeAll(ctx, m.db, m.log, m.cfg.MaterializeBatch, func(id string, err error) {
+		onError := func(id string, err error) {
 			if err != ErrHistoryExpired && err != ErrSubscriptionDeleted {
 				m.logger.Warn("materialize", "subscription_id", id, "err", err)
 			}
-		})
+		}
+		// A look at every subscription covers those ACKs freed room in,
+		// and is cheaper than naming very many.
+		ids := m.freed.take()
+		var n int
+		var err error
+		if everyone || len(ids) > maxFreedLookup {
+			n, err = deliveryMaterializeAll(ctx, m.db, m.log, m.cfg.MaterializeBatch, onError)
+		} else {
+			n, err = deliveryMaterializeFreed(ctx, m.db, m.log, ids, m.cfg.MaterializeBatch, onError)
+		}
 		if err != nil && ctx.Err() == nil {
 			m.logger.Warn("materialize", "err", err)
 		}
 		if n > 0 {
 			m.claimable.Notify()
 		}
+		everyone = true
 		select {
 		case <-ctx.Done():
-		case <-appended:
-		case <-ticker.C:
 		case <-woken:
-			// ACK batches wake the materialiser one after another while
-			// a backlog drains, and each run counts the backlog of every
-			// subscription behind. Runs woken that way start at least
-			// ackWakeSpacing apart, each taking the room several batches
-			// freed; results appended meanwhile start one at once.
+		case <-ticker.C:
+		case <-freed:
+			// ACK batches free room one after another while a backlog
+			// drains. Runs woken that way start at least ackWakeSpacing
+			// apart, each taking the room several batches freed; a wake
+			// for every subscription starts one at once.
 			select {
 			case <-ctx.Done():
-			case <-appended:
+			case <-woken:
 			case <-time.After(ackWakeSpacing - time.Since(ran)):
+				everyone = false
 			}
 		}
 	}
@@ -253,6 +276,37 @@ func (m *Module) materializeLoop(ctx context.Context) {
 // ackWakeSpacing is the least time between two runs of the materialiser
 // woken by ACKs.
 const ackWakeSpacing = 10 * time.Millisecond
+
+// maxFreedLookup bounds the subscriptions a run woken by ACKs looks up by
+// id; with more, it looks at every subscription.
+const maxFreedLookup = 500
+
+// subscriptionSet gathers subscription ids from many goroutines for one
+// that takes them all at once.
+type subscriptionSet struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+func (s *subscriptionSet) add(ids []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ids == nil {
+		s.ids = make(map[string]bool, len(ids))
+	}
+	for _, id := range ids {
+		s.ids[id] = true
+	}
+}
+
+// take returns the ids added since the last take, sorted, and forgets them.
+func (s *subscriptionSet) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := slices.Sorted(maps.Keys(s.ids))
+	s.ids = nil
+	return ids
+}
 
 // purgeLoop removes the deliveries of deleted subscriptions in bounded
 // batches (K-11), woken by deletions on this node and otherwise every
