@@ -360,8 +360,7 @@ func withRoom(ctx context.Context, pool *sql.DB, ids []string) ([]string, error)
 		return nil, nil
 	}
 	return db.QueryStrings(ctx, pool, `SELECT s.id FROM subscriptions s WHERE s.id IN (`+db.Placeholders(len(ids))+`)
-		AND s.max_pending > (SELECT COUNT(*) FROM event_deliveries d
-			WHERE d.subscription_id = s.id AND d.state IN ('PENDING', 'LEASED', 'EXPIRED'))`, db.Args(ids)...)
+		AND s.max_pending > `+backlogOfS, db.Args(ids)...)
 }
 
 // retentionHeld returns the lowest sequence in [from, to) of a queue's log

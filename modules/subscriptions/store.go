@@ -17,8 +17,17 @@ type Querier = tasks.Querier
 
 const subscriptionColumns = `s.id, s.namespace_id, s.queue_id, s.credential_id, s.name, s.revision, s.enabled, s.types,
 	s.cursor_sequence, s.max_pending, s.max_attempts, s.created_at, s.updated_at,
-	s.retry_initial_delay_ms, s.retry_max_delay_ms, s.retry_multiplier,
-	(SELECT COUNT(*) FROM event_deliveries d WHERE d.subscription_id = s.id AND d.state IN ('PENDING', 'LEASED', 'EXPIRED'))`
+	s.retry_initial_delay_ms, s.retry_max_delay_ms, s.retry_multiplier, ` + backlogOfS
+
+// backlogOfS counts the live deliveries (PENDING, LEASED, EXPIRED) of the
+// subscription s of the enclosing query: its pending_count. One count per
+// state, because a subquery that depends on s can look up the claim index
+// by (subscription_id, state) only with one state at a time; with
+// `state IN (…)` it reads every delivery of the subscription, ACKED ones
+// included, and grows with the subscription's history.
+const backlogOfS = `((SELECT COUNT(*) FROM event_deliveries d WHERE d.subscription_id = s.id AND d.state = 'PENDING')
+	+ (SELECT COUNT(*) FROM event_deliveries d WHERE d.subscription_id = s.id AND d.state = 'LEASED')
+	+ (SELECT COUNT(*) FROM event_deliveries d WHERE d.subscription_id = s.id AND d.state = 'EXPIRED'))`
 
 type scanner = db.Scanner
 
