@@ -53,19 +53,44 @@ var errItemRace = errors.New("idem: a key of the batch was used concurrently")
 // transaction after the changes and before the records are stored, so that
 // changes may stage their rows for it to write with one statement.
 func DoItems(ctx context.Context, pool *sql.DB, credentialID, operation string, items []Item, flush func(context.Context, *sql.Tx) error) ([]ItemReceipt, error) {
-	if len(items) == 0 {
+	writes := make([]ScopedItem, len(items))
+	for i, it := range items {
+		writes[i] = ScopedItem{CredentialID: credentialID, Operation: operation, Item: it}
+	}
+	return DoScoped(ctx, pool, writes, flush)
+}
+
+// ScopedItem is an item with its own scope: the items of DoScoped may come
+// from different credentials and operations, as requests that arrived
+// together do.
+type ScopedItem struct {
+	CredentialID string
+	Operation    string
+	Item
+}
+
+// scope is what a key is unique within.
+type scope struct{ credentialID, operation string }
+
+func (w *ScopedItem) scope() scope { return scope{w.CredentialID, w.Operation} }
+
+// DoScoped is DoItems for writes of any scopes: each exactly once per
+// (credential, operation, key), all in one transaction with one commit.
+// The keys of writes of one scope must be distinct.
+func DoScoped(ctx context.Context, pool *sql.DB, writes []ScopedItem, flush func(context.Context, *sql.Tx) error) ([]ItemReceipt, error) {
+	if len(writes) == 0 {
 		return nil, nil
 	}
-	digests := make([][32]byte, len(items))
-	for i, it := range items {
-		canonical, err := httpx.CanonicalJSON(it.Body)
+	digests := make([][32]byte, len(writes))
+	for i, w := range writes {
+		canonical, err := httpx.CanonicalJSON(w.Body)
 		if err != nil {
 			return nil, err
 		}
 		digests[i] = sha256.Sum256(canonical)
 	}
 	for try := 1; ; try++ {
-		out, err := doItems(ctx, pool, credentialID, operation, items, digests, flush)
+		out, err := doScoped(ctx, pool, writes, digests, flush)
 		if errors.Is(err, errItemRace) && try < maxItemsTries {
 			continue
 		}
@@ -81,20 +106,20 @@ type storedRecord struct {
 	receipt []byte
 }
 
-func doItems(ctx context.Context, pool *sql.DB, credentialID, operation string, items []Item, digests [][32]byte,
+func doScoped(ctx context.Context, pool *sql.DB, writes []ScopedItem, digests [][32]byte,
 	flush func(context.Context, *sql.Tx) error) ([]ItemReceipt, error) {
 	var out []ItemReceipt
 	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
-		out = make([]ItemReceipt, len(items))
-		stored, err := recordsOf(ctx, tx, credentialID, operation, items)
+		out = make([]ItemReceipt, len(writes))
+		stored, err := recordsOf(ctx, tx, writes)
 		if err != nil {
 			return err
 		}
 		now := db.Now()
 		var values []string
 		var args []any
-		for i, it := range items {
-			if rec, ok := stored[it.Key]; ok {
+		for i, w := range writes {
+			if rec, ok := stored[w.scope()][w.Key]; ok {
 				if subtle.ConstantTimeCompare(rec.digest, digests[i][:]) != 1 {
 					out[i].Err = httpx.Errorf(httpx.CodeIdempotencyConflict, "Idempotency-Key was already used with a different request")
 					continue
@@ -102,7 +127,7 @@ func doItems(ctx context.Context, pool *sql.DB, credentialID, operation string, 
 				out[i].Receipt = Receipt{Status: http.StatusOK, Data: withDeduplicated(rec.receipt, true), Deduplicated: true}
 				continue
 			}
-			status, data, err := it.Change(ctx, tx)
+			status, data, err := w.Change(ctx, tx)
 			if err != nil {
 				return err
 			}
@@ -111,10 +136,10 @@ func doItems(ctx context.Context, pool *sql.DB, credentialID, operation string, 
 				return fmt.Errorf("idem: encode receipt: %w", err)
 			}
 			if len(body) < 2 || body[0] != '{' || body[len(body)-1] != '}' {
-				return fmt.Errorf("idem: receipt of %s is not a JSON object", operation)
+				return fmt.Errorf("idem: receipt of %s is not a JSON object", w.Operation)
 			}
 			values = append(values, "(?, ?, ?, ?, ?, ?, ?)")
-			args = append(args, credentialID, operation, it.Key, digests[i][:], status, body, now)
+			args = append(args, w.CredentialID, w.Operation, w.Key, digests[i][:], status, body, now)
 			out[i].Receipt = Receipt{Status: status, Data: withDeduplicated(body, false)}
 		}
 		if len(values) == 0 {
@@ -136,27 +161,41 @@ func doItems(ctx context.Context, pool *sql.DB, credentialID, operation string, 
 	return out, err
 }
 
-// recordsOf reads the committed records of the items' keys.
-func recordsOf(ctx context.Context, tx *sql.Tx, credentialID, operation string, items []Item) (map[string]storedRecord, error) {
-	args := make([]any, 0, len(items)+2)
-	args = append(args, credentialID, operation)
-	for _, it := range items {
-		args = append(args, it.Key)
+// recordsOf reads the committed records of the writes' keys, one statement
+// per scope, by scope and key.
+func recordsOf(ctx context.Context, tx *sql.Tx, writes []ScopedItem) (map[scope]map[string]storedRecord, error) {
+	keys := map[scope][]any{}
+	var scopes []scope
+	for _, w := range writes {
+		sc := w.scope()
+		if _, ok := keys[sc]; !ok {
+			scopes = append(scopes, sc)
+		}
+		keys[sc] = append(keys[sc], w.Key)
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT idem_key, request_digest, receipt FROM idempotency_records
-		WHERE credential_id = ? AND operation = ? AND idem_key IN (?`+strings.Repeat(", ?", len(items)-1)+`)`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("idem: read receipts: %w", err)
-	}
-	defer rows.Close()
-	stored := map[string]storedRecord{}
-	for rows.Next() {
-		var key string
-		var rec storedRecord
-		if err := rows.Scan(&key, &rec.digest, &rec.receipt); err != nil {
+	stored := make(map[scope]map[string]storedRecord, len(scopes))
+	for _, sc := range scopes {
+		args := append([]any{sc.credentialID, sc.operation}, keys[sc]...)
+		rows, err := tx.QueryContext(ctx, `SELECT idem_key, request_digest, receipt FROM idempotency_records
+			WHERE credential_id = ? AND operation = ? AND idem_key IN (`+db.Placeholders(len(keys[sc]))+`)`, args...)
+		if err != nil {
+			return nil, fmt.Errorf("idem: read receipts: %w", err)
+		}
+		records := map[string]storedRecord{}
+		for rows.Next() {
+			var key string
+			var rec storedRecord
+			if err := rows.Scan(&key, &rec.digest, &rec.receipt); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			records[key] = rec
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return nil, err
 		}
-		stored[key] = rec
+		stored[sc] = records
 	}
-	return stored, rows.Err()
+	return stored, nil
 }

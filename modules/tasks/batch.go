@@ -2,8 +2,6 @@ package tasks
 
 import (
 	"bytes"
-	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -13,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orbitrun/orbit/internal/auth"
-	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/httpx"
 	"github.com/orbitrun/orbit/internal/idem"
 	"github.com/orbitrun/orbit/internal/tracing"
@@ -113,21 +110,11 @@ func (m *Module) submitBatch(w http.ResponseWriter, r *http.Request) {
 			httpx.WriteError(w, r, err)
 			return
 		}
-		items = append(items, idem.Item{Key: key, Body: body, Change: func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-			t := newTask(params, db.Now())
-			staged := stagedTasks(tx)
-			*staged = append(*staged, t)
-			db.OnCommit(tx, func() {
-				m.store.metrics.submittedTask(t)
-				submitted.Add(1)
-			})
-			return http.StatusCreated, taskReceipt{Task: t.view(false)}, nil
-		}})
+		items = append(items, idem.Item{Key: key, Body: body, Change: m.stageTask(params, func(*Task) { submitted.Add(1) })})
 		itemIndex = append(itemIndex, i)
 	}
 	// The new tasks are written together, after every item was judged.
-	insertStaged := func(ctx context.Context, tx *sql.Tx) error { return tasksInsert(ctx, tx, *stagedTasks(tx)) }
-	receipts, err := idem.DoItems(ctx, m.store.pool(), p.CredentialID, submitOperation, items, insertStaged)
+	receipts, err := idem.DoItems(ctx, m.store.pool(), p.CredentialID, submitOperation, items, insertStagedTasks)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
@@ -145,15 +132,6 @@ func (m *Module) submitBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	httpx.WriteData(w, r, http.StatusOK, batchReply{Results: results})
 }
-
-// stagedTasks returns the tasks the items of a batch created in this
-// attempt of its transaction tx, to be inserted together after the last
-// item.
-func stagedTasks(tx *sql.Tx) *[]*Task {
-	return db.TxValue(tx, stagedTasksKey{}, func() *[]*Task { return new([]*Task) })
-}
-
-type stagedTasksKey struct{}
 
 // setError records an item's error with the status it would have had on
 // its own.

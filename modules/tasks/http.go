@@ -59,27 +59,41 @@ func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 	if span.IsRecording() {
 		r = r.WithContext(ctx)
 	}
+	// The checks of idem.Write, in its order: the body, the request, the
+	// Idempotency-Key.
 	var req submitRequest
-	idem.Write(w, r, m.store.pool(), &req, func(p *auth.Principal) (idem.Change, error) {
-		params, err := req.check(p)
-		if err != nil {
-			return nil, err
+	raw, err := httpx.ReadJSON(r, &req)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	p := auth.FromContext(r.Context())
+	params, err := req.check(p)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	key, err := httpx.IdempotencyKey(r)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	params.Trace = traceCtx
+	var created *Task
+	receipt, err := m.submitTogether(r.Context(), idem.ScopedItem{CredentialID: p.CredentialID, Operation: submitOperation,
+		Item: idem.Item{Key: key, Body: raw, Change: m.stageTask(params, func(t *Task) { created = t })}})
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	if created != nil {
+		// Committed: wake the workers of this node now.
+		m.store.submitted.Notify()
+		if span.IsRecording() {
+			span.SetAttributes(tracing.AttrTaskID.String(created.ID), tracing.AttrQueueID.String(created.QueueID))
 		}
-		params.Trace = traceCtx
-		return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
-			t, err := TaskInsert(ctx, tx, params)
-			if err != nil {
-				return 0, nil, err
-			}
-			db.OnCommit(tx, func() { m.store.metrics.submittedTask(t) })
-			if span.IsRecording() {
-				span.SetAttributes(tracing.AttrTaskID.String(t.ID), tracing.AttrQueueID.String(t.QueueID))
-			}
-			return http.StatusCreated, taskReceipt{Task: t.view(false)}, nil
-		}, nil
-	})
-	// Write returns after the commit: wake the workers of this node now.
-	m.store.submitted.Notify()
+	}
+	httpx.WriteData(w, r, receipt.Status, receipt.Data)
 }
 
 // check checks a submission against the rules of POST /v1/tasks and the

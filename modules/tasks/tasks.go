@@ -14,6 +14,7 @@ import (
 	"github.com/orbitrun/orbit/config"
 	"github.com/orbitrun/orbit/internal/audit"
 	"github.com/orbitrun/orbit/internal/auth"
+	"github.com/orbitrun/orbit/internal/batch"
 	"github.com/orbitrun/orbit/internal/bg"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/tracing"
@@ -64,6 +65,10 @@ type Module struct {
 	// holds are the modules of the run that keep result-log events from
 	// retention (RetentionHold).
 	holds []RetentionHold
+
+	// submits records the submissions of POST /v1/tasks in shared
+	// transactions (group commit).
+	submits *batch.Batcher[*pendingSubmit]
 
 	loops bg.Group
 }
@@ -129,6 +134,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.holds = modules.Offered[RetentionHold](env)
 	m.logger = env.Logger.With("module", "tasks")
 	m.tracer = tracing.NewTracer(env.Tracing, tracerName)
+	m.submits = m.newSubmitBatcher()
 	return nil
 }
 

@@ -3,6 +3,7 @@ package tasks_test
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -386,4 +387,68 @@ func TestT2_Cancel(t *testing.T) {
 		r := e.cancel(t, c, task.ID, `{"reason":"`+strings.Repeat("é", tasks.MaxReasonChars)+`"}`)
 		wantState(t, decodeReceipt(t, r).Task, tasks.StateCancelled, 2)
 	})
+}
+
+// TestT1_SubmitsArrivingTogetherAreEachTheirOwn: submissions that arrive
+// together share transactions, and each is still judged on its own key in
+// its credential's scope: two credentials send the same keys at once, each
+// key twice, and every (credential, key) creates one task, whose receipt
+// both of its requests get.
+func TestT1_SubmitsArrivingTogetherAreEachTheirOwn(t *testing.T) {
+	t.Parallel()
+	e := startServer(t)
+	creds := []servertest.Credential{e.cred(t, "together-a"), e.cred(t, "together-b")}
+	const keys, repeats = 24, 2
+	type sent struct {
+		cred, key int
+		reply     *servertest.Response
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		sends []sent
+	)
+	for c := range creds {
+		for k := range keys {
+			for range repeats {
+				wg.Go(func() {
+					body := submitBody(creds[c].QueueID, `{"k":`+strconv.Itoa(k)+`}`)
+					r := e.post(t, creds[c], "/v1/tasks", "together-"+strconv.Itoa(k), body)
+					mu.Lock()
+					sends = append(sends, sent{c, k, r})
+					mu.Unlock()
+				})
+			}
+		}
+	}
+	wg.Wait()
+	created := map[[2]int]int{}
+	tasksOf := map[[2]int]string{}
+	for _, s := range sends {
+		id := [2]int{s.cred, s.key}
+		if s.reply.Status == http.StatusCreated {
+			created[id]++
+		} else {
+			wantStatus(t, s.reply, http.StatusOK)
+		}
+		task := decodeReceipt(t, s.reply).Task
+		if prev, ok := tasksOf[id]; ok && prev != task.ID {
+			t.Errorf("credential %d, key %d: tasks %s and %s", s.cred, s.key, prev, task.ID)
+		}
+		tasksOf[id] = task.ID
+	}
+	for c := range creds {
+		for k := range keys {
+			if n := created[[2]int{c, k}]; n != 1 {
+				t.Errorf("credential %d, key %d: created %d times, want 1", c, k, n)
+			}
+		}
+		var count int
+		if err := e.srv.DB.QueryRow(`SELECT COUNT(*) FROM tasks WHERE queue_id = ?`, creds[c].QueueID).Scan(&count); err != nil {
+			t.Fatal(err)
+		}
+		if count != keys {
+			t.Errorf("credential %d: %d tasks in its queue, want %d", c, count, keys)
+		}
+	}
 }

@@ -1,0 +1,143 @@
+package tasks
+
+import (
+	"context"
+	"database/sql"
+	"net/http"
+	"time"
+
+	"github.com/orbitrun/orbit/internal/batch"
+	"github.com/orbitrun/orbit/internal/db"
+	"github.com/orbitrun/orbit/internal/idem"
+)
+
+// Submissions (POST /v1/tasks) arriving together on a node are recorded in
+// shared transactions (group commit): while one batch commits, those
+// arriving meanwhile queue up and go together in the next, their tasks in
+// one INSERT and their idempotency records in another. Each submission is
+// still idempotent on its own key and answered only after the commit that
+// recorded it, with what it would have been answered alone.
+const (
+	// submitFlushers bounds the submit transactions running at once on a
+	// node: two, so that one batch gathers while the other commits.
+	submitFlushers = 2
+	// maxSubmitBatch bounds the submissions of one batch.
+	maxSubmitBatch = 128
+	// maxSubmitBytes bounds the task inputs one transaction writes (a
+	// batch with more is recorded in several), far below the smallest
+	// max_allowed_packet of a supported server.
+	maxSubmitBytes = 4 << 20
+	// submitTimeout bounds a submission whose context has no deadline
+	// (requests have C-12's).
+	submitTimeout = 8 * time.Second
+)
+
+// pendingSubmit is one submission waiting for its batch: its write and
+// the deadline of its request, which bounds the transaction recording it.
+type pendingSubmit struct {
+	item     idem.ScopedItem
+	deadline time.Time
+	done     chan submitAnswer
+}
+
+type submitAnswer struct {
+	receipt idem.ItemReceipt
+	err     error
+}
+
+// newSubmitBatcher returns the node's batcher of submissions.
+func (m *Module) newSubmitBatcher() *batch.Batcher[*pendingSubmit] {
+	return batch.New(submitFlushers, maxSubmitBatch, m.recordSubmits)
+}
+
+// submitTogether records one submission with those arriving with it and
+// returns its receipt once they are committed. The transaction that
+// records it is bounded by ctx's deadline, as it was when each submission
+// had a transaction of its own (C-12): one that runs out rolls back, and
+// its submissions are answered UNAVAILABLE with nothing changed. A client
+// that goes away does not cancel it.
+func (m *Module) submitTogether(ctx context.Context, item idem.ScopedItem) (idem.ItemReceipt, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(submitTimeout)
+	}
+	p := &pendingSubmit{item: item, deadline: deadline, done: make(chan submitAnswer, 1)}
+	m.submits.Submit(p)
+	a := <-p.done
+	if a.err == nil {
+		a.err = a.receipt.Err
+	}
+	return a.receipt, a.err
+}
+
+// recordSubmits records a batch of submissions, one transaction per round:
+// a round takes each key once (a repeat of a key in the same batch goes in
+// a later round, where it finds the first's record) and at most
+// maxSubmitBytes of input, and ends by the earliest deadline of its
+// submissions. Each submission gets its round's outcome.
+func (m *Module) recordSubmits(requests []*pendingSubmit) {
+	type scopedKey struct{ credentialID, operation, key string }
+	for len(requests) > 0 {
+		var round, rest []*pendingSubmit
+		seen := make(map[scopedKey]bool, len(requests))
+		size := 0
+		deadline := requests[0].deadline
+		for _, r := range requests {
+			k := scopedKey{r.item.CredentialID, r.item.Operation, r.item.Key}
+			if seen[k] || (len(round) > 0 && size+len(r.item.Body) > maxSubmitBytes) {
+				rest = append(rest, r)
+				continue
+			}
+			seen[k] = true
+			size += len(r.item.Body)
+			if r.deadline.Before(deadline) {
+				deadline = r.deadline
+			}
+			round = append(round, r)
+		}
+		writes := make([]idem.ScopedItem, len(round))
+		for i, r := range round {
+			writes[i] = r.item
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		receipts, err := idem.DoScoped(ctx, m.store.pool(), writes, insertStagedTasks)
+		cancel()
+		for i, r := range round {
+			a := submitAnswer{err: err}
+			if err == nil {
+				a.receipt = receipts[i]
+			}
+			r.done <- a
+		}
+		requests = rest
+	}
+}
+
+// stageTask is the change of one submission: its task is staged in tx, to
+// be inserted with the others of the transaction (insertStagedTasks), and
+// committed is called with it after the commit.
+func (m *Module) stageTask(params *TaskInsertParams, committed func(*Task)) idem.Change {
+	return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
+		t := newTask(params, db.Now())
+		staged := stagedTasks(tx)
+		*staged = append(*staged, t)
+		db.OnCommit(tx, func() {
+			m.store.metrics.submittedTask(t)
+			committed(t)
+		})
+		return http.StatusCreated, taskReceipt{Task: t.view(false)}, nil
+	}
+}
+
+// stagedTasks returns the tasks the submissions of transaction tx staged in
+// this attempt of it, to be inserted together after the last one.
+func stagedTasks(tx *sql.Tx) *[]*Task {
+	return db.TxValue(tx, stagedTasksKey{}, func() *[]*Task { return new([]*Task) })
+}
+
+type stagedTasksKey struct{}
+
+// insertStagedTasks inserts the tasks staged in tx.
+func insertStagedTasks(ctx context.Context, tx *sql.Tx) error {
+	return tasksInsert(ctx, tx, *stagedTasks(tx))
+}
