@@ -41,8 +41,9 @@ const (
 // Config is the `subscriptions` section.
 type Config struct {
 	// MaterializeInterval is how often the background materialiser looks
-	// for subscriptions behind their queue's head, besides being woken by
-	// results committed on this node.
+	// for subscriptions behind their queue's head, besides being woken
+	// for those that results committed on this node left behind and for
+	// the backlogs that ACKs on this node made room in.
 	MaterializeInterval time.Duration `yaml:"materialize_interval"`
 	// MaterializeBatch bounds the events one materialisation transaction
 	// scans.

@@ -452,3 +452,64 @@ func TestT1_SubmitsArrivingTogetherAreEachTheirOwn(t *testing.T) {
 		}
 	}
 }
+
+// TestT2_CancelsArrivingTogetherAreEachTheirOwn: cancels that arrive
+// together share transactions, and each is judged on its own: per task,
+// two requests with one key and one with another race; exactly one cancel
+// takes effect, the repeat of its key replays it, the other key is refused
+// with STATE_CONFLICT (or its repeat replays it when it won), and the
+// refusals do not undo the cancels recorded with them.
+func TestT2_CancelsArrivingTogetherAreEachTheirOwn(t *testing.T) {
+	t.Parallel()
+	e := startServer(t)
+	c := e.cred(t, "cancel-together")
+	const n = 16
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = e.submit(t, c, submitBody(c.QueueID, `{}`)).ID
+	}
+	type sent struct {
+		task, key int
+		reply     *servertest.Response
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		sends []sent
+	)
+	for i, id := range ids {
+		for _, key := range []int{0, 0, 1} {
+			wg.Go(func() {
+				r := e.post(t, c, "/v1/tasks/"+id+":cancel", "cancel-"+id+"-"+strconv.Itoa(key), `{}`)
+				mu.Lock()
+				sends = append(sends, sent{i, key, r})
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	effective := make([]int, n)
+	for _, s := range sends {
+		switch {
+		case s.reply.Status == http.StatusOK && string(members(t, s.reply.Data)["deduplicated"]) == "false":
+			effective[s.task]++
+			if got := decodeReceipt(t, s.reply).Task.State; got != tasks.StateCancelled {
+				t.Errorf("task %d: receipt state %s, want CANCELLED", s.task, got)
+			}
+		case s.reply.Status == http.StatusOK:
+		default:
+			wantError(t, s.reply, http.StatusConflict, "STATE_CONFLICT")
+		}
+	}
+	for i, id := range ids {
+		if effective[i] != 1 {
+			t.Errorf("task %d: %d cancels took effect, want 1", i, effective[i])
+		}
+		if got := e.task(t, c, id).State; got != tasks.StateCancelled {
+			t.Errorf("task %d is %s, want CANCELLED", i, got)
+		}
+	}
+	if got := strings.Count(e.eventTypes(t, c.QueueID), tasks.EventCancelled); got != n {
+		t.Errorf("%d task.cancelled events, want %d", got, n)
+	}
+}
