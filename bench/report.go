@@ -147,7 +147,7 @@ func (r *results) table() string {
 
 	fmt.Fprintf(&b, "\nsettings:\n")
 	sub := subscriptions.DefaultMaterializeBatch
-	fmt.Fprintf(&b, "- orbit: server defaults (config.Default, module defaults): materialize_batch %d, claims of one app serialised (claims_per_app %d, claims_in_flight %d), lease %s, poll %s; a claim leases up to the connection's free capacity in one transaction; the ACKs of all event connections, the task completions of all worker connections and the HTTP submissions and cancels of tasks are each recorded in shared transactions (group commit), each answered after its commit\n",
+	fmt.Fprintf(&b, "- orbit: server defaults (config.Default, module defaults): materialize_batch %d, claims of one app serialised (claims_per_app %d, claims_in_flight %d), lease %s, poll %s; a claim leases up to the connection's free capacity in one transaction; the ACKs of all event connections, the task completions of all worker connections and the POST /v1/tasks submissions are each recorded in shared transactions (group commit), each answered after its commit\n",
 		sub, events.DefaultClaimsPerApp, events.DefaultClaimsInFlight, events.DefaultLeaseDuration, events.DefaultPollInterval)
 	fmt.Fprintf(&b, "- metrics: on in every row: the collector refreshes the database-backed gauges every %s and GET /metrics is scraped every %s; the metrics row times %d refreshes after %d queues and %d subscriptions of their own were filled (%d results and %d PENDING tasks per queue)\n",
 		config.DefaultMetricsRefreshInterval, scrapeInterval, metricsRefreshes, metricsQueues, metricsSubscriptions, metricsResults, metricsPending)

@@ -29,12 +29,10 @@ type Item struct {
 }
 
 // ItemReceipt answers one item: its receipt, or Err when the key was used
-// with another body (IDEMPOTENCY_CONFLICT) or its change refused it.
+// with another body (IDEMPOTENCY_CONFLICT).
 type ItemReceipt struct {
 	Receipt
 	Err error
-	// refused is set when the item's change refused it.
-	refused bool
 }
 
 // maxItemsTries bounds how often DoItems runs its transaction again after
@@ -79,12 +77,6 @@ func (w *ScopedItem) scope() scope { return scope{w.CredentialID, w.Operation} }
 // DoScoped is DoItems for writes of any scopes: each exactly once per
 // (credential, operation, key), all in one transaction with one commit.
 // The keys of writes of one scope must be distinct.
-//
-// A change that refuses its write returns an *httpx.Error having written
-// nothing: that write gets the error and stores no record, and the others
-// go on; if a request with the same key committed first, its change is why
-// the write was refused, and the write gets that request's receipt instead
-// (as Do answers). Any other error of a change ends the transaction.
 func DoScoped(ctx context.Context, pool *sql.DB, writes []ScopedItem, flush func(context.Context, *sql.Tx) error) ([]ItemReceipt, error) {
 	if len(writes) == 0 {
 		return nil, nil
@@ -105,18 +97,7 @@ func DoScoped(ctx context.Context, pool *sql.DB, writes []ScopedItem, flush func
 		if errors.Is(err, errItemRace) {
 			return nil, httpx.Errorf(httpx.CodeUnavailable, "concurrent requests used the same idempotency keys; retry")
 		}
-		if err != nil {
-			return nil, err
-		}
-		for i, w := range writes {
-			if out[i].refused {
-				req := Request{CredentialID: w.CredentialID, Operation: w.Operation, Key: w.Key}
-				if receipt, found, lookErr := recorded(ctx, pool, req, digests[i]); found {
-					out[i] = ItemReceipt{Receipt: receipt, Err: lookErr}
-				}
-			}
-		}
-		return out, nil
+		return out, err
 	}
 }
 
@@ -147,11 +128,6 @@ func doScoped(ctx context.Context, pool *sql.DB, writes []ScopedItem, digests []
 				continue
 			}
 			status, data, err := w.Change(ctx, tx)
-			var refusal *httpx.Error
-			if errors.As(err, &refusal) {
-				out[i].Err, out[i].refused = err, true
-				continue
-			}
 			if err != nil {
 				return err
 			}

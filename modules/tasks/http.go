@@ -59,58 +59,41 @@ func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 	if span.IsRecording() {
 		r = r.WithContext(ctx)
 	}
+	// The checks of idem.Write, in its order: the body, the request, the
+	// Idempotency-Key.
 	var req submitRequest
+	raw, err := httpx.ReadJSON(r, &req)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	p := auth.FromContext(r.Context())
+	params, err := req.check(p)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	key, err := httpx.IdempotencyKey(r)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	params.Trace = traceCtx
 	var created *Task
-	answered := m.writeGrouped(w, r, httpx.ReadJSON, &req, func(p *auth.Principal) (idem.Change, error) {
-		params, err := req.check(p)
-		if err != nil {
-			return nil, err
-		}
-		params.Trace = traceCtx
-		return m.stageTask(params, func(t *Task) { created = t }), nil
-	})
-	if answered && created != nil {
+	receipt, err := m.submitTogether(r.Context(), idem.ScopedItem{CredentialID: p.CredentialID, Operation: submitOperation,
+		Item: idem.Item{Key: key, Body: raw, Change: m.stageTask(params, func(t *Task) { created = t })}})
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return
+	}
+	if created != nil {
 		// Committed: wake the workers of this node now.
 		m.store.submitted.Notify()
 		if span.IsRecording() {
 			span.SetAttributes(tracing.AttrTaskID.String(created.ID), tracing.AttrQueueID.String(created.QueueID))
 		}
 	}
-}
-
-// writeGrouped is the skeleton of idem.Write for the writes recorded with
-// others (writeTogether): it reads the body into req with read, calls
-// prepare with the caller's principal to check the request and load what
-// it acts on, takes the Idempotency-Key, and records the change prepare
-// returns once per key. The first error of these steps, in this order, is
-// written in the envelope. It reports whether the write was answered
-// without an error.
-func (m *Module) writeGrouped(w http.ResponseWriter, r *http.Request, read func(*http.Request, any) ([]byte, error), req any,
-	prepare func(p *auth.Principal) (idem.Change, error)) bool {
-	raw, err := read(r, req)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return false
-	}
-	p := auth.FromContext(r.Context())
-	change, err := prepare(p)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return false
-	}
-	key, err := httpx.IdempotencyKey(r)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return false
-	}
-	receipt, err := m.writeTogether(r.Context(), idem.ScopedItem{CredentialID: p.CredentialID, Operation: r.Method + " " + r.URL.Path,
-		Item: idem.Item{Key: key, Body: raw, Change: change}})
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return false
-	}
 	httpx.WriteData(w, r, receipt.Status, receipt.Data)
-	return true
 }
 
 // check checks a submission against the rules of POST /v1/tasks and the
@@ -277,7 +260,7 @@ type cancelRequest struct {
 
 func (m *Module) cancel(w http.ResponseWriter, r *http.Request) {
 	var req cancelRequest
-	m.writeGrouped(w, r, httpx.ReadOptionalJSON, &req, func(p *auth.Principal) (idem.Change, error) {
+	idem.WriteOptional(w, r, m.store.pool(), &req, func(p *auth.Principal) (idem.Change, error) {
 		reason := ""
 		if req.Reason != nil {
 			reason = *req.Reason
@@ -291,10 +274,6 @@ func (m *Module) cancel(w http.ResponseWriter, r *http.Request) {
 		}
 		return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
 			after, ev, err := TaskCancel(ctx, tx, t.ID, reason)
-			if errors.Is(err, sql.ErrNoRows) {
-				// A refusal, not a failure of the cancels recorded with it.
-				return 0, nil, auth.ErrNotFound("task")
-			}
 			if err != nil {
 				return 0, nil, err
 			}
@@ -307,8 +286,8 @@ func (m *Module) cancel(w http.ResponseWriter, r *http.Request) {
 			return http.StatusOK, taskReceipt{Task: after.view(false)}, nil
 		}, nil
 	})
-	// Answered after the commit (and the sequencing of what it appended):
-	// a RUNNING task may have got its cancel request.
+	// Write returns after the commit (and the sequencing of what it
+	// appended): a RUNNING task may have got its cancel request.
 	m.store.cancelRequested.Notify()
 }
 

@@ -66,9 +66,9 @@ type Module struct {
 	// retention (RetentionHold).
 	holds []RetentionHold
 
-	// writes records submissions and cancels in shared transactions
-	// (group commit).
-	writes *batch.Batcher[*pendingWrite]
+	// submits records the submissions of POST /v1/tasks in shared
+	// transactions (group commit).
+	submits *batch.Batcher[*pendingSubmit]
 
 	loops bg.Group
 }
@@ -134,7 +134,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.holds = modules.Offered[RetentionHold](env)
 	m.logger = env.Logger.With("module", "tasks")
 	m.tracer = tracing.NewTracer(env.Tracing, tracerName)
-	m.writes = m.newWriteBatcher()
+	m.submits = m.newSubmitBatcher()
 	return nil
 }
 

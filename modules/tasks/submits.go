@@ -11,60 +11,58 @@ import (
 	"github.com/orbitrun/orbit/internal/idem"
 )
 
-// Submissions (POST /v1/tasks) and cancels (POST /v1/tasks/{id}:cancel)
-// arriving together on a node are recorded in shared transactions (group
-// commit): while one batch commits, those arriving meanwhile queue up and
-// go together in the next, with one commit and one sequencing pass; the
-// submissions' tasks go in one INSERT and the idempotency records of all
-// in another. Each write is still idempotent on its own key, judged on its
-// own (a refused cancel refuses only itself) and answered only after the
-// commit that recorded it, with what it would have been answered alone.
+// Submissions (POST /v1/tasks) arriving together on a node are recorded in
+// shared transactions (group commit): while one batch commits, those
+// arriving meanwhile queue up and go together in the next, their tasks in
+// one INSERT and their idempotency records in another. Each submission is
+// still idempotent on its own key and answered only after the commit that
+// recorded it, with what it would have been answered alone.
 const (
-	// writeFlushers bounds the write transactions running at once on a
+	// submitFlushers bounds the submit transactions running at once on a
 	// node: two, so that one batch gathers while the other commits.
-	writeFlushers = 2
-	// maxWriteBatch bounds the writes of one batch.
-	maxWriteBatch = 128
-	// maxWriteBytes bounds the request bodies (task inputs) one
-	// transaction writes (a batch with more is recorded in several), far
-	// below the smallest max_allowed_packet of a supported server.
-	maxWriteBytes = 4 << 20
-	// writeTimeout bounds a write whose context has no deadline (requests
-	// have C-12's).
-	writeTimeout = 8 * time.Second
+	submitFlushers = 2
+	// maxSubmitBatch bounds the submissions of one batch.
+	maxSubmitBatch = 128
+	// maxSubmitBytes bounds the task inputs one transaction writes (a
+	// batch with more is recorded in several), far below the smallest
+	// max_allowed_packet of a supported server.
+	maxSubmitBytes = 4 << 20
+	// submitTimeout bounds a submission whose context has no deadline
+	// (requests have C-12's).
+	submitTimeout = 8 * time.Second
 )
 
-// pendingWrite is one write waiting for its batch, with the deadline of
-// its request, which bounds the transaction recording it.
-type pendingWrite struct {
+// pendingSubmit is one submission waiting for its batch: its write and
+// the deadline of its request, which bounds the transaction recording it.
+type pendingSubmit struct {
 	item     idem.ScopedItem
 	deadline time.Time
-	done     chan writeAnswer
+	done     chan submitAnswer
 }
 
-type writeAnswer struct {
+type submitAnswer struct {
 	receipt idem.ItemReceipt
 	err     error
 }
 
-// newWriteBatcher returns the node's batcher of submissions and cancels.
-func (m *Module) newWriteBatcher() *batch.Batcher[*pendingWrite] {
-	return batch.New(writeFlushers, maxWriteBatch, m.recordWrites)
+// newSubmitBatcher returns the node's batcher of submissions.
+func (m *Module) newSubmitBatcher() *batch.Batcher[*pendingSubmit] {
+	return batch.New(submitFlushers, maxSubmitBatch, m.recordSubmits)
 }
 
-// writeTogether records one write with those arriving with it and
+// submitTogether records one submission with those arriving with it and
 // returns its receipt once they are committed. The transaction that
 // records it is bounded by ctx's deadline, as it was when each submission
 // had a transaction of its own (C-12): one that runs out rolls back, and
-// its writes are answered UNAVAILABLE with nothing changed. A client that
-// goes away does not cancel it.
-func (m *Module) writeTogether(ctx context.Context, item idem.ScopedItem) (idem.ItemReceipt, error) {
+// its submissions are answered UNAVAILABLE with nothing changed. A client
+// that goes away does not cancel it.
+func (m *Module) submitTogether(ctx context.Context, item idem.ScopedItem) (idem.ItemReceipt, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		deadline = time.Now().Add(writeTimeout)
+		deadline = time.Now().Add(submitTimeout)
 	}
-	p := &pendingWrite{item: item, deadline: deadline, done: make(chan writeAnswer, 1)}
-	m.writes.Submit(p)
+	p := &pendingSubmit{item: item, deadline: deadline, done: make(chan submitAnswer, 1)}
+	m.submits.Submit(p)
 	a := <-p.done
 	if a.err == nil {
 		a.err = a.receipt.Err
@@ -72,21 +70,21 @@ func (m *Module) writeTogether(ctx context.Context, item idem.ScopedItem) (idem.
 	return a.receipt, a.err
 }
 
-// recordWrites records a batch of writes, one transaction per round: a
-// round takes each key once (a repeat of a key in the same batch goes in a
-// later round, where it finds the first's record) and at most
-// maxWriteBytes of bodies, and ends by the earliest deadline of its writes.
-// Each write gets its round's outcome.
-func (m *Module) recordWrites(requests []*pendingWrite) {
+// recordSubmits records a batch of submissions, one transaction per round:
+// a round takes each key once (a repeat of a key in the same batch goes in
+// a later round, where it finds the first's record) and at most
+// maxSubmitBytes of input, and ends by the earliest deadline of its
+// submissions. Each submission gets its round's outcome.
+func (m *Module) recordSubmits(requests []*pendingSubmit) {
 	type scopedKey struct{ credentialID, operation, key string }
 	for len(requests) > 0 {
-		var round, rest []*pendingWrite
+		var round, rest []*pendingSubmit
 		seen := make(map[scopedKey]bool, len(requests))
 		size := 0
 		deadline := requests[0].deadline
 		for _, r := range requests {
 			k := scopedKey{r.item.CredentialID, r.item.Operation, r.item.Key}
-			if seen[k] || (len(round) > 0 && size+len(r.item.Body) > maxWriteBytes) {
+			if seen[k] || (len(round) > 0 && size+len(r.item.Body) > maxSubmitBytes) {
 				rest = append(rest, r)
 				continue
 			}
@@ -105,7 +103,7 @@ func (m *Module) recordWrites(requests []*pendingWrite) {
 		receipts, err := idem.DoScoped(ctx, m.store.pool(), writes, insertStagedTasks)
 		cancel()
 		for i, r := range round {
-			a := writeAnswer{err: err}
+			a := submitAnswer{err: err}
 			if err == nil {
 				a.receipt = receipts[i]
 			}
