@@ -185,7 +185,7 @@ func materializeAppended(ctx context.Context, tx *sql.Tx, appended []tasks.Appen
 		l.Subscription, err = scanSubscription(scanMore{row, []any{&l.enabledInQueue}})
 		return l, err
 	}, `SELECT `+subscriptionColumns+`,
-		(SELECT COUNT(*) FROM subscriptions x WHERE x.queue_id = s.queue_id AND x.enabled = 1)
+		(SELECT COUNT(*) FROM subscriptions x FORCE INDEX (ix_subscriptions_list) WHERE x.queue_id = s.queue_id AND x.enabled = 1)
 		FROM subscriptions s
 		WHERE s.queue_id IN (`+db.Placeholders(len(queues))+`) AND s.enabled = 1
 		AND (s.queue_id, s.cursor_sequence) IN (`+strings.TrimSuffix(strings.Repeat("(?, ?), ", len(appended)), ", ")+`)
