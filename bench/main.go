@@ -34,6 +34,8 @@ type options struct {
 	latencyDur   time.Duration
 	peerCap      time.Duration
 	fixedRate    float64
+	httpRate     float64
+	lowRate      float64
 	// only names the rows to run (comma-separated); empty runs them all.
 	only map[string]bool
 }
@@ -56,7 +58,9 @@ func main() {
 	flag.DurationVar(&o.rawDur, "raw-duration", 5*time.Second, "duration of each raw commit row")
 	flag.DurationVar(&o.latencyDur, "latency-duration", 10*time.Second, "duration of each fixed-load row")
 	flag.DurationVar(&o.peerCap, "peer-cap", 30*time.Second, "longest a Watermill consumption row may run; the rate is then over what it consumed")
-	flag.Float64Var(&o.fixedRate, "fixed-rate", 1000, "offered results per second of the fixed-load row")
+	flag.Float64Var(&o.fixedRate, "fixed-rate", 1000, "offered results per second of the fixed-load row committed by the tasks store")
+	flag.Float64Var(&o.httpRate, "http-rate", 2000, "offered results per second of the fixed-load row committed through the HTTP cancel API")
+	flag.Float64Var(&o.lowRate, "low-rate", 100, "offered results per second of the low fixed-load row (HTTP cancels)")
 	only := flag.String("only", "", "run only these rows, comma-separated ("+strings.Join(rowNames, ", ")+"); prints their summaries and writes no file")
 	flag.Parse()
 	if *only != "" {
@@ -228,7 +232,7 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 	}
 
 	if o.runs("latency") {
-		levels := []loadLevel{{Label: "fixed", Rate: o.fixedRate, Direct: true}, {Label: "fixed", Rate: o.fixedRate}}
+		levels := []loadLevel{{Label: "fixed", Rate: o.fixedRate, Direct: true}, {Label: "fixed", Rate: o.httpRate}, {Label: "fixed", Rate: o.lowRate}}
 		if r.live != nil {
 			for _, p := range []float64{25, 50, 90} {
 				levels = append(levels, loadLevel{Label: fmt.Sprintf("%.0f %% of live peak", p), Rate: max(1, r.live.Rate*p/100)})
