@@ -205,16 +205,41 @@ func WriteOptional(w http.ResponseWriter, r *http.Request, pool *sql.DB, req any
 }
 
 func write(w http.ResponseWriter, r *http.Request, pool *sql.DB, req any, read func(*http.Request, any) ([]byte, error), prepare func(p *auth.Principal) (Change, error)) {
-	raw, err := read(r, req)
+	item, ok := Prepare(w, r, req, read, prepare)
+	if !ok {
+		return
+	}
+	receipt, err := Do(r.Context(), pool, Request{CredentialID: item.CredentialID, Operation: item.Operation, Key: item.Key, Body: item.Body}, item.Change)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
+	}
+	httpx.WriteData(w, r, receipt.Status, receipt.Data)
+}
+
+// Prepare runs the steps of an idempotent write that come before its
+// change, in Write's order: it reads the body into req with read, calls
+// prepare with the caller's principal, and takes the Idempotency-Key. It
+// returns the write, scoped to the caller's credential and to the method
+// and path, for a caller that runs it itself (with others, DoScoped); on
+// the first error it writes the envelope and returns false.
+func Prepare(w http.ResponseWriter, r *http.Request, req any, read func(*http.Request, any) ([]byte, error), prepare func(p *auth.Principal) (Change, error)) (ScopedItem, bool) {
+	raw, err := read(r, req)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return ScopedItem{}, false
 	}
 	p := auth.FromContext(r.Context())
 	change, err := prepare(p)
 	if err != nil {
 		httpx.WriteError(w, r, err)
-		return
+		return ScopedItem{}, false
 	}
-	Handle(w, r, pool, p.CredentialID, raw, change)
+	key, err := httpx.IdempotencyKey(r)
+	if err != nil {
+		httpx.WriteError(w, r, err)
+		return ScopedItem{}, false
+	}
+	return ScopedItem{CredentialID: p.CredentialID, Operation: r.Method + " " + r.URL.Path,
+		Item: Item{Key: key, Body: raw, Change: change}}, true
 }

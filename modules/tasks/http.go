@@ -59,29 +59,20 @@ func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 	if span.IsRecording() {
 		r = r.WithContext(ctx)
 	}
-	// The checks of idem.Write, in its order: the body, the request, the
-	// Idempotency-Key.
 	var req submitRequest
-	raw, err := httpx.ReadJSON(r, &req)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	p := auth.FromContext(r.Context())
-	params, err := req.check(p)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	key, err := httpx.IdempotencyKey(r)
-	if err != nil {
-		httpx.WriteError(w, r, err)
-		return
-	}
-	params.Trace = traceCtx
 	var created *Task
-	receipt, err := m.submitTogether(r.Context(), idem.ScopedItem{CredentialID: p.CredentialID, Operation: submitOperation,
-		Item: idem.Item{Key: key, Body: raw, Change: m.stageTask(params, func(t *Task) { created = t })}})
+	item, ok := idem.Prepare(w, r, &req, httpx.ReadJSON, func(p *auth.Principal) (idem.Change, error) {
+		params, err := req.check(p)
+		if err != nil {
+			return nil, err
+		}
+		params.Trace = traceCtx
+		return m.stageTask(params, func(t *Task) { created = t }), nil
+	})
+	if !ok {
+		return
+	}
+	receipt, err := m.submitTogether(r.Context(), item)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return
