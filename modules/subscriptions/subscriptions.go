@@ -229,15 +229,15 @@ func (m *Module) Stop(ctx context.Context) error {
 func (m *Module) materializeLoop(ctx context.Context) {
 	ticker := time.NewTicker(m.cfg.MaterializeInterval)
 	defer ticker.Stop()
+	onError := func(id string, err error) {
+		if err != ErrHistoryExpired && err != ErrSubscriptionDeleted {
+			m.logger.Warn("materialize", "subscription_id", id, "err", err)
+		}
+	}
 	everyone := true
 	for ctx.Err() == nil {
 		woken, freed := m.wake.C(), m.roomFreed.C()
 		ran := time.Now()
-		onError := func(id string, err error) {
-			if err != ErrHistoryExpired && err != ErrSubscriptionDeleted {
-				m.logger.Warn("materialize", "subscription_id", id, "err", err)
-			}
-		}
 		// A look at every subscription covers those ACKs freed room in,
 		// and is cheaper than naming very many.
 		ids := m.freed.take()
