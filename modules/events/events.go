@@ -108,7 +108,8 @@ type Deliveries interface {
 	// claimable on this node.
 	Claimable() <-chan struct{}
 	// RoomFreed tells the background materialiser that ACKs made room in
-	// the backlogs of these subscriptions.
+	// the backlogs of these subscriptions, named once per acknowledged
+	// delivery.
 	RoomFreed(subscriptionIDs []string)
 	// DeliveryOutcome counts committed delivery outcomes
 	// (orbit_deliveries_total).

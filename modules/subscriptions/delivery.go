@@ -1,6 +1,7 @@
 package subscriptions
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -291,10 +292,22 @@ type DeliveryClaimParams struct {
 // no longer holds, the error is that of grants.CheckGrants, and nothing is
 // leased.
 func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.GrantChecker, p *DeliveryClaimParams) ([]Lease, error) {
-	var out []Lease
+	return deliveryClaim(ctx, pool, log, grants, nil, p)
+}
+
+// deliveryClaim is DeliveryClaim, looking up PENDING deliveries from the
+// subscription's claim floor when floors has one (claimFloors).
+func deliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.GrantChecker, floors *claimFloors, p *DeliveryClaimParams) ([]Lease, error) {
+	var (
+		out            []Lease
+		subscriptionID string
+		filledAbove    uint64 // the floor this claim leaves; 0 for none
+		recovered      bool   // it made deliveries PENDING again
+		looked         bool   // it looked up PENDING deliveries
+		token          uint64 // of floors, read before the look-up
+	)
 	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
-		out = nil
-		var subscriptionID string
+		out, filledAbove, recovered, looked = nil, 0, false, false
 		var capacity, held int
 		var closed sql.NullTime
 		var enabled sql.NullBool
@@ -333,12 +346,30 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 		if free <= 0 {
 			// A full connection leases nothing, but its claim still
 			// recovers expired leases for the others.
-			_, err := recoverLeases(ctx, tx, []string{subscriptionID}, p.RecoverBatch, now)
+			n, err := recoverLeases(ctx, tx, []string{subscriptionID}, p.RecoverBatch, now)
+			recovered = n > 0
 			return err
 		}
-		picked, err := pickPending(ctx, tx, subscriptionID, now, free, nil)
+		var floor uint64
+		floor, token = floors.get(subscriptionID, time.Now())
+		looked = true
+		picked, err := pickPending(ctx, tx, subscriptionID, now, free, floor, nil)
 		if err != nil {
 			return err
+		}
+		if len(picked) == free {
+			filledAbove = picked[len(picked)-1].Sequence
+		} else if floor > 0 {
+			// Deliveries below the floor may have become claimable since
+			// it was set.
+			more, err := pickPending(ctx, tx, subscriptionID, now, free-len(picked), 0, picked)
+			if err != nil {
+				return err
+			}
+			if len(more) == free-len(picked) {
+				filledAbove = more[len(more)-1].Sequence
+			}
+			picked = append(picked, more...)
 		}
 		// Expired leases are recovered here only when PENDING deliveries
 		// do not fill the free capacity: with a backlog, the background
@@ -346,18 +377,20 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 		// order among the others; without one, this claim re-leases them
 		// at once.
 		if len(picked) < free {
-			recovered, err := recoverLeases(ctx, tx, []string{subscriptionID}, p.RecoverBatch, now)
+			n, err := recoverLeases(ctx, tx, []string{subscriptionID}, p.RecoverBatch, now)
 			if err != nil {
 				return err
 			}
-			if recovered > 0 {
-				more, err := pickPending(ctx, tx, subscriptionID, now, free-len(picked), picked)
+			if n > 0 {
+				recovered = true
+				more, err := pickPending(ctx, tx, subscriptionID, now, free-len(picked), 0, picked)
 				if err != nil {
 					return err
 				}
 				picked = append(picked, more...)
 			}
 		}
+		slices.SortFunc(picked, func(a, b *Delivery) int { return cmp.Compare(a.Sequence, b.Sequence) })
 		if len(picked) == 0 {
 			return nil
 		}
@@ -404,7 +437,15 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 		return nil
 	})
 	if err != nil {
+		if errors.Is(err, ErrSubscriptionDeleted) && subscriptionID != "" {
+			floors.drop(subscriptionID)
+		}
 		return nil, fmt.Errorf("subscriptions: claim: %w", err)
+	}
+	if recovered {
+		floors.forget(subscriptionID)
+	} else if looked {
+		floors.set(subscriptionID, filledAbove, token, time.Now())
 	}
 	return out, nil
 }
@@ -435,12 +476,13 @@ func deliveryUnsent(ctx context.Context, pool *sql.DB, l *Lease, delay time.Dura
 }
 
 // pickPending locks up to limit PENDING deliveries of a subscription that
-// are available now, in sequence order, skipping those other claims hold
-// and those this claim picked before (still PENDING until it leases them).
-func pickPending(ctx context.Context, tx *sql.Tx, subscriptionID string, now time.Time, limit int, picked []*Delivery) ([]*Delivery, error) {
+// are available now, in sequence order from above (exclusive), skipping
+// those other claims hold and those this claim picked before (still
+// PENDING until it leases them).
+func pickPending(ctx context.Context, tx *sql.Tx, subscriptionID string, now time.Time, limit int, above uint64, picked []*Delivery) ([]*Delivery, error) {
 	query := `SELECT ` + deliveryColumns + ` FROM event_deliveries
-		WHERE subscription_id = ? AND state = 'PENDING' AND available_at <= ?`
-	args := []any{subscriptionID, now}
+		WHERE subscription_id = ? AND state = 'PENDING' AND sequence > ? AND available_at <= ?`
+	args := []any{subscriptionID, above, now}
 	if len(picked) > 0 {
 		query += ` AND id NOT IN (` + db.Placeholders(len(picked)) + `)`
 		for _, d := range picked {

@@ -406,6 +406,7 @@ type deliveryReceipt struct {
 
 func (m *Module) retry(w http.ResponseWriter, r *http.Request) {
 	var req retryRequest
+	var subscriptionID string
 	idem.Write(w, r, m.db, &req, func(p *auth.Principal) (idem.Change, error) {
 		if err := checkChange(req.Reason,
 			httpx.Field{Path: "expected_revision", Present: req.ExpectedRevision != nil},
@@ -425,6 +426,7 @@ func (m *Module) retry(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, err
 		}
+		subscriptionID = s.ID
 		return func(ctx context.Context, tx *sql.Tx) (int, any, error) {
 			after, err := deliveryRetry(ctx, tx, &deliveryRetryParams{
 				SubscriptionID: s.ID, ID: d.ID, CredentialID: p.CredentialID,
@@ -436,5 +438,7 @@ func (m *Module) retry(w http.ResponseWriter, r *http.Request) {
 			return http.StatusOK, deliveryReceipt{Delivery: after.View()}, nil
 		}, nil
 	})
-	m.claimable.Notify()
+	if subscriptionID != "" {
+		m.madePending(subscriptionID)
+	}
 }

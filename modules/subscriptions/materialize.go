@@ -32,6 +32,12 @@ const DefaultMaterializeBatch = 500
 // ErrSubscriptionDeleted. It returns the number of
 // deliveries created and whether the log may hold more to scan.
 func deliveryMaterialize(ctx context.Context, pool *sql.DB, log Log, subscriptionID string, batch int) (created int, more bool, err error) {
+	return materializeLearning(ctx, pool, log, subscriptionID, batch, nil)
+}
+
+// materializeLearning is deliveryMaterialize, telling room (when not nil)
+// the subscription's max_pending.
+func materializeLearning(ctx context.Context, pool *sql.DB, log Log, subscriptionID string, batch int, room *freedRoom) (created int, more bool, err error) {
 	err = db.Tx(ctx, pool, func(tx *sql.Tx) error {
 		created, more = 0, false
 		s, err := subscriptionLock(ctx, tx, subscriptionID)
@@ -40,6 +46,9 @@ func deliveryMaterialize(ctx context.Context, pool *sql.DB, log Log, subscriptio
 		}
 		if err != nil {
 			return err
+		}
+		if room != nil {
+			room.learn(s.ID, s.MaxPending)
 		}
 		if !s.Enabled {
 			return nil
@@ -89,6 +98,9 @@ func deliveryMaterialize(ctx context.Context, pool *sql.DB, log Log, subscriptio
 		return nil
 	})
 	if err != nil {
+		if errors.Is(err, ErrSubscriptionDeleted) && room != nil {
+			room.forget(subscriptionID)
+		}
 		if errors.Is(err, ErrHistoryExpired) || errors.Is(err, ErrSubscriptionDeleted) {
 			return 0, false, err
 		}
@@ -244,13 +256,14 @@ func (s scanMore) Scan(dest ...any) error { return s.row.Scan(append(dest, s.mor
 // behind its queue's head and has room in its backlog, each until it is
 // caught up or its backlog is full. It is what the background materialiser
 // runs when it looks at every subscription; errors of single subscriptions
-// are passed to onError and do not stop the others.
-func deliveryMaterializeAll(ctx context.Context, pool *sql.DB, log Log, batch int, onError func(subscriptionID string, err error)) (int, error) {
+// are passed to onError and do not stop the others. room, when not nil,
+// learns the max_pending of each subscription materialised.
+func deliveryMaterializeAll(ctx context.Context, pool *sql.DB, log Log, batch int, room *freedRoom, onError func(subscriptionID string, err error)) (int, error) {
 	ids, err := behindWithRoom(ctx, pool, log)
 	if err != nil {
 		return 0, fmt.Errorf("subscriptions: find behind: %w", err)
 	}
-	return materializeEach(ctx, pool, log, ids, batch, onError), ctx.Err()
+	return materializeEach(ctx, pool, log, ids, batch, room, onError), ctx.Err()
 }
 
 // behindWithRoom returns the enabled subscriptions that are behind their
@@ -267,7 +280,7 @@ func behindWithRoom(ctx context.Context, pool *sql.DB, log Log) ([]string, error
 // whose backlogs ACKs made room in, that are enabled and behind their
 // queue's head, as deliveryMaterializeAll does. It does not count their
 // backlogs first: each materialisation counts its own, under its lock.
-func deliveryMaterializeFreed(ctx context.Context, pool *sql.DB, log Log, ids []string, batch int, onError func(subscriptionID string, err error)) (int, error) {
+func deliveryMaterializeFreed(ctx context.Context, pool *sql.DB, log Log, ids []string, batch int, room *freedRoom, onError func(subscriptionID string, err error)) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
@@ -275,16 +288,16 @@ func deliveryMaterializeFreed(ctx context.Context, pool *sql.DB, log Log, ids []
 	if err != nil {
 		return 0, fmt.Errorf("subscriptions: find behind: %w", err)
 	}
-	return materializeEach(ctx, pool, log, ids, batch, onError), ctx.Err()
+	return materializeEach(ctx, pool, log, ids, batch, room, onError), ctx.Err()
 }
 
 // materializeEach materialises each subscription until it is caught up or
 // its backlog is full, and returns the deliveries it created.
-func materializeEach(ctx context.Context, pool *sql.DB, log Log, ids []string, batch int, onError func(subscriptionID string, err error)) int {
+func materializeEach(ctx context.Context, pool *sql.DB, log Log, ids []string, batch int, room *freedRoom, onError func(subscriptionID string, err error)) int {
 	total := 0
 	for _, id := range ids {
 		for ctx.Err() == nil {
-			n, more, err := deliveryMaterialize(ctx, pool, log, id, batch)
+			n, more, err := materializeLearning(ctx, pool, log, id, batch, room)
 			total += n
 			if err != nil {
 				onError(id, err)

@@ -3,6 +3,7 @@ package subscriptions
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -270,7 +271,7 @@ func TestS23_FullBacklogsAreNotVisited(t *testing.T) {
 	f.appendEvents(t, 10)
 	full := f.create(t, "full", nil, zero(), 3)
 	roomy := f.create(t, "roomy", nil, zero(), 100)
-	if _, err := deliveryMaterializeAll(ctx, f.db, f.log, 100, func(id string, err error) { t.Error(id, err) }); err != nil {
+	if _, err := deliveryMaterializeAll(ctx, f.db, f.log, 100, nil, func(id string, err error) { t.Error(id, err) }); err != nil {
 		t.Fatal(err)
 	}
 	f.appendEvents(t, 2)
@@ -304,7 +305,7 @@ func TestS23_RoomFreedByAcksIsFilledForTheNamedSubscriptions(t *testing.T) {
 	f.appendEvents(t, 10)
 	named := f.create(t, "named", nil, zero(), 3)
 	other := f.create(t, "other", nil, zero(), 3)
-	if _, err := deliveryMaterializeAll(ctx, f.db, f.log, 100, func(id string, err error) { t.Error(id, err) }); err != nil {
+	if _, err := deliveryMaterializeAll(ctx, f.db, f.log, 100, nil, func(id string, err error) { t.Error(id, err) }); err != nil {
 		t.Fatal(err)
 	}
 	// Two deliveries of each leave their backlogs.
@@ -312,7 +313,8 @@ func TestS23_RoomFreedByAcksIsFilledForTheNamedSubscriptions(t *testing.T) {
 		WHERE sequence <= 2`); err != nil {
 		t.Fatal(err)
 	}
-	n, err := deliveryMaterializeFreed(ctx, f.db, f.log, []string{named.ID}, 100, func(id string, err error) { t.Error(id, err) })
+	var room freedRoom
+	n, err := deliveryMaterializeFreed(ctx, f.db, f.log, []string{named.ID}, 100, &room, func(id string, err error) { t.Error(id, err) })
 	if err != nil || n != 2 {
 		t.Fatalf("materialised %d (%v), want 2: the room the ACKs freed", n, err)
 	}
@@ -330,8 +332,47 @@ func TestS23_RoomFreedByAcksIsFilledForTheNamedSubscriptions(t *testing.T) {
 		}
 	}
 	// Caught up or not behind: nothing more to do for it.
-	if n, err := deliveryMaterializeFreed(ctx, f.db, f.log, []string{named.ID}, 100, func(id string, err error) { t.Error(id, err) }); err != nil || n != 0 {
+	if n, err := deliveryMaterializeFreed(ctx, f.db, f.log, []string{named.ID}, 100, &room, func(id string, err error) { t.Error(id, err) }); err != nil || n != 0 {
 		t.Fatalf("second run materialised %d (%v), want 0: the backlog is full again", n, err)
+	}
+	// The runs taught room the backlog's bound: with max_pending 3, one
+	// freed delivery is worth a refill.
+	if !room.add([]string{named.ID}) {
+		t.Fatal("one delivery freed in a backlog of 3 is not worth a refill")
+	}
+}
+
+// TestS23_RefillsWaitForAnEighthOfTheBacklog: ACKs make a subscription
+// worth a refill once they freed an eighth of its max_pending, as the
+// materialiser last read it, or one delivery while it has not read it; a
+// look at every subscription forgets what was freed.
+func TestS23_RefillsWaitForAnEighthOfTheBacklog(t *testing.T) {
+	t.Parallel()
+	var room freedRoom
+	room.learn("big", 100)
+	for i := range 11 {
+		if room.add([]string{"big"}) {
+			t.Fatalf("%d deliveries freed of max_pending 100 are worth a refill", i+1)
+		}
+	}
+	if ids := room.take(false); len(ids) != 0 {
+		t.Fatalf("took %v before an eighth was freed", ids)
+	}
+	if !room.add([]string{"unknown", "big"}) {
+		t.Fatal("twelve freed of 100, or one of an unknown bound, is not worth a refill")
+	}
+	if ids := room.take(false); !slices.Equal(ids, []string{"big", "unknown"}) {
+		t.Fatalf("took %v, want [big unknown]", ids)
+	}
+	if ids := room.take(false); len(ids) != 0 {
+		t.Fatalf("took %v again", ids)
+	}
+	room.add(slices.Repeat([]string{"big"}, 12))
+	if ids := room.take(true); ids != nil {
+		t.Fatalf("a look at every subscription took %v", ids)
+	}
+	if ids := room.take(false); len(ids) != 0 {
+		t.Fatalf("took %v after a look at every subscription", ids)
 	}
 }
 

@@ -37,7 +37,7 @@ func (m *Module) DeliveryMaterialize(ctx context.Context, subscriptionID string)
 
 // DeliveryClaim leases deliveries for one event connection.
 func (m *Module) DeliveryClaim(ctx context.Context, p *DeliveryClaimParams) ([]Lease, error) {
-	leases, err := DeliveryClaim(withMetrics(ctx, m.metrics), m.db, m.log, m.auth, p)
+	leases, err := deliveryClaim(withMetrics(ctx, m.metrics), m.db, m.log, m.auth, &m.floors, p)
 	if err == nil && len(leases) > 0 {
 		m.activity.add(leases[0].Delivery.SubscriptionID, time.Now(), len(leases), 0)
 	}
@@ -75,18 +75,34 @@ func (m *Module) DeliveryAckBatch(ctx context.Context, acks []*DeliveryAckParams
 // the event connections of this node.
 func (m *Module) DeliveryControlBatch(ctx context.Context, requests []*DeliveryControlParams) ([]ControlOutcome, error) {
 	outcomes, err := deliveryControlBatch(ctx, m.db, m.auth, requests)
-	for _, o := range outcomes {
+	var pending []string
+	for i, o := range outcomes {
 		if o.Err == nil && o.Result.State == statePending {
-			m.claimable.Notify()
-			break
+			pending = append(pending, requests[i].SubscriptionID)
 		}
+	}
+	if len(pending) > 0 {
+		m.madePending(pending...)
 	}
 	return outcomes, err
 }
 
 // DeliveryUnsent gives back a lease whose event.deliver was never sent.
 func (m *Module) DeliveryUnsent(ctx context.Context, l *Lease, delay time.Duration) (bool, error) {
-	return deliveryUnsent(ctx, m.db, l, delay)
+	given, err := deliveryUnsent(ctx, m.db, l, delay)
+	if given {
+		m.floors.forget(l.Delivery.SubscriptionID)
+	}
+	return given, err
+}
+
+// madePending is told, once committed, that deliveries of these
+// subscriptions became PENDING again (NACKed, retried, replayed, resumed):
+// it forgets their claim floors, which may stand above them, and wakes
+// the event connections.
+func (m *Module) madePending(subscriptionIDs ...string) {
+	m.floors.forget(subscriptionIDs...)
+	m.claimable.Notify()
 }
 
 // Claimable returns a channel closed when deliveries may have become
@@ -95,11 +111,13 @@ func (m *Module) DeliveryUnsent(ctx context.Context, l *Lease, delay time.Durati
 func (m *Module) Claimable() <-chan struct{} { return m.claimable.C() }
 
 // RoomFreed tells the background materialiser that ACKs made room in the
-// backlogs of these subscriptions: its next run woken by ACKs looks at
-// them alone.
+// backlogs of these subscriptions, named once per acknowledged delivery:
+// its next run woken by ACKs looks at those worth a refill (freedRoom)
+// alone.
 func (m *Module) RoomFreed(subscriptionIDs []string) {
-	m.freed.add(subscriptionIDs)
-	m.roomFreed.Notify()
+	if m.freed.add(subscriptionIDs) {
+		m.roomFreed.Notify()
+	}
 }
 
 // RetentionHeld returns the lowest sequence in [from, to) of a queue's log

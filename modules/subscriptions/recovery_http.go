@@ -99,7 +99,7 @@ func (m *Module) bulk(w http.ResponseWriter, r *http.Request, raw []byte, dryRun
 		}
 		return http.StatusOK, operationReceipt{Operation: op}, nil
 	})
-	m.claimable.Notify()
+	m.madePending(f.SubscriptionID)
 }
 
 // retryBulk is POST /v1/subscriptions/{id}/deliveries:retry (K-7).

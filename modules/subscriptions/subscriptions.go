@@ -10,7 +10,6 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -94,11 +93,14 @@ type Module struct {
 	// backlogs ACKs on this node made room in, once ackWakeSpacing has
 	// passed since its last run began.
 	roomFreed wake.Broadcast
-	freed     subscriptionSet
+	freed     freedRoom
 	// claimable is notified when deliveries may have become claimable on
 	// this node (materialised, recovered or retried), so event connections
 	// claim without waiting for a poll.
 	claimable wake.Broadcast
+	// floors are where this node's claims look up PENDING deliveries
+	// from; madePending forgets them.
+	floors claimFloors
 	// purge asks the purger of deleted subscriptions' deliveries to run.
 	purge wake.Broadcast
 
@@ -240,13 +242,13 @@ func (m *Module) materializeLoop(ctx context.Context) {
 		ran := time.Now()
 		// A look at every subscription covers those ACKs freed room in,
 		// and is cheaper than naming very many.
-		ids := m.freed.take()
+		ids := m.freed.take(everyone)
 		var n int
 		var err error
 		if everyone || len(ids) > maxFreedLookup {
-			n, err = deliveryMaterializeAll(ctx, m.db, m.log, m.cfg.MaterializeBatch, onError)
+			n, err = deliveryMaterializeAll(ctx, m.db, m.log, m.cfg.MaterializeBatch, &m.freed, onError)
 		} else {
-			n, err = deliveryMaterializeFreed(ctx, m.db, m.log, ids, m.cfg.MaterializeBatch, onError)
+			n, err = deliveryMaterializeFreed(ctx, m.db, m.log, ids, m.cfg.MaterializeBatch, &m.freed, onError)
 		}
 		if err != nil && ctx.Err() == nil {
 			m.logger.Warn("materialize", "err", err)
@@ -282,31 +284,78 @@ const ackWakeSpacing = 10 * time.Millisecond
 // id; with more, it looks at every subscription.
 const maxFreedLookup = 500
 
-// subscriptionSet gathers subscription ids from many goroutines for one
-// that takes them all at once.
-type subscriptionSet struct {
-	mu  sync.Mutex
-	ids map[string]bool
+// freedRoom counts, from the ACK batches of many goroutines, the
+// deliveries ACKs took out of each subscription's backlog since the
+// materialiser last refilled it, for the materialiser to take those worth
+// a refill. A refill counts the whole backlog under the subscription's
+// lock (up to max_pending index entries) to create as many deliveries as
+// were freed: refilled after every ACK batch, a draining backlog of 1,000
+// cost its database about as much time counting as creating deliveries.
+// A subscription is worth a refill once an eighth of its max_pending is
+// free, so a full backlog keeps seven eighths of it meanwhile, or once one
+// delivery is free while the materialiser has not learnt its max_pending.
+type freedRoom struct {
+	mu     sync.Mutex
+	counts map[string]int // freed since the last refill
+	worth  map[string]int // freed deliveries worth a refill
 }
 
-func (s *subscriptionSet) add(ids []string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ids == nil {
-		s.ids = make(map[string]bool, len(ids))
+// refillEvery is the share of max_pending worth a refill.
+const refillEvery = 8
+
+// add counts a freed delivery for each id (an id once per delivery) and
+// reports whether a subscription is now worth a refill.
+func (f *freedRoom) add(ids []string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.counts == nil {
+		f.counts = map[string]int{}
 	}
+	ready := false
 	for _, id := range ids {
-		s.ids[id] = true
+		f.counts[id]++
+		ready = ready || f.counts[id] >= max(1, f.worth[id])
 	}
+	return ready
 }
 
-// take returns the ids added since the last take, sorted, and forgets them.
-func (s *subscriptionSet) take() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ids := slices.Sorted(maps.Keys(s.ids))
-	s.ids = nil
+// take returns, sorted, the subscriptions worth a refill and forgets what
+// was freed in them; with all, it forgets every count (the caller refills
+// every subscription) and returns nothing.
+func (f *freedRoom) take(all bool) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if all {
+		clear(f.counts)
+		return nil
+	}
+	var ids []string
+	for id, n := range f.counts {
+		if n >= max(1, f.worth[id]) {
+			ids = append(ids, id)
+			delete(f.counts, id)
+		}
+	}
+	slices.Sort(ids)
 	return ids
+}
+
+// learn records the max_pending of a subscription the materialiser ran.
+func (f *freedRoom) learn(id string, maxPending int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.worth == nil {
+		f.worth = map[string]int{}
+	}
+	f.worth[id] = maxPending / refillEvery
+}
+
+// forget drops what is kept for a deleted subscription.
+func (f *freedRoom) forget(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.counts, id)
+	delete(f.worth, id)
 }
 
 // purgeLoop removes the deliveries of deleted subscriptions in bounded
@@ -340,6 +389,7 @@ func (m *Module) recoverExpired(ctx context.Context) {
 			return
 		}
 		if n > 0 {
+			m.floors.forgetAll()
 			m.claimable.Notify()
 		}
 		if n < m.cfg.RecoverBatch {
