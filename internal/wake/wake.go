@@ -59,3 +59,50 @@ func (b *Broadcast) wakeLocked() {
 		b.ch = nil
 	}
 }
+
+// Keyed holds a Broadcast per key (a queue, a subscription), made when a
+// waiter first asks for the key, so that a change to one key wakes its
+// waiters alone. The zero value is ready to use.
+type Keyed struct {
+	mu    sync.Mutex
+	byKey map[string]*Broadcast
+}
+
+// C returns a channel that is closed at the key's next Notify (or Drop).
+// Take it before checking the condition, as with Broadcast.C.
+func (k *Keyed) C(key string) <-chan struct{} {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	b := k.byKey[key]
+	if b == nil {
+		if k.byKey == nil {
+			k.byKey = map[string]*Broadcast{}
+		}
+		b = new(Broadcast)
+		k.byKey[key] = b
+	}
+	return b.C()
+}
+
+// Notify wakes the waiters of each key. A key nobody asked for costs
+// nothing. It never blocks.
+func (k *Keyed) Notify(keys ...string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, key := range keys {
+		if b := k.byKey[key]; b != nil {
+			b.Notify()
+		}
+	}
+}
+
+// Drop wakes the key's waiters and forgets the key (one whose subject is
+// gone); a later C makes it again.
+func (k *Keyed) Drop(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if b := k.byKey[key]; b != nil {
+		b.Notify()
+		delete(k.byKey, key)
+	}
+}

@@ -43,3 +43,28 @@ func TestNotifyCountsAndWakeDoesNot(t *testing.T) {
 		t.Fatalf("gen after two Notify: %d, want 2", g)
 	}
 }
+
+func TestKeyedWakesTheWaitersOfItsKeysAlone(t *testing.T) {
+	var k Keyed
+	a, b := k.C("a"), k.C("b")
+	k.Notify("a", "nobody")
+	select {
+	case <-a:
+	default:
+		t.Fatal("a's waiter was not woken")
+	}
+	select {
+	case <-b:
+		t.Fatal("b's waiter was woken by a change to a")
+	default:
+	}
+	k.Drop("b")
+	select {
+	case <-b:
+	default:
+		t.Fatal("dropping b did not wake its waiter")
+	}
+	if len(k.byKey) != 1 {
+		t.Fatalf("%d keys kept, want a alone", len(k.byKey))
+	}
+}

@@ -84,6 +84,19 @@ type Signal struct {
 	Name string
 	// Broadcast is the module's signal.
 	Broadcast *wake.Broadcast
+	// Woken, when not nil, is woken instead of Broadcast when the signal
+	// moved on another node: for a module whose local waiters are woken
+	// more narrowly than the other nodes' (Broadcast then only publishes).
+	Woken *wake.Broadcast
+}
+
+// woken returns the broadcast that the signal's waiters on this node wait
+// on when another node raised it.
+func (s Signal) woken() *wake.Broadcast {
+	if s.Woken != nil {
+		return s.Woken
+	}
+	return s.Broadcast
 }
 
 // Signaler is implemented by modules whose waiters on other nodes must

@@ -69,7 +69,7 @@ func (b *beater) beat(ctx context.Context) {
 			// Every dispatcher looks now, finds its session closed and
 			// closes its connection.
 			for _, s := range m.signals {
-				s.Broadcast.Wake()
+				s.woken().Wake()
 			}
 		}
 	}

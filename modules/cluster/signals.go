@@ -84,7 +84,7 @@ func (m *Module) publishLoop(ctx context.Context, last []uint64, kick <-chan str
 func (m *Module) watchLoop(ctx context.Context) {
 	byName := map[string][]*wake.Broadcast{}
 	for _, s := range m.signals {
-		byName[s.Name] = append(byName[s.Name], s.Broadcast)
+		byName[s.Name] = append(byName[s.Name], s.woken())
 	}
 	var failing failures
 	seen := map[string]map[string]uint64{}
