@@ -104,9 +104,12 @@ type Deliveries interface {
 	DeliveryAckBatch(ctx context.Context, acks []*subscriptions.DeliveryAckParams) ([]subscriptions.AckOutcome, error)
 	DeliveryControlBatch(ctx context.Context, requests []*subscriptions.DeliveryControlParams) ([]subscriptions.ControlOutcome, error)
 	DeliveryUnsent(ctx context.Context, l *subscriptions.Lease, delay time.Duration) (bool, error)
-	// Claimable returns a channel closed when deliveries may have become
-	// claimable on this node.
+	// Claimable returns a channel closed when deliveries of any
+	// subscription may have become claimable on this node, ClaimableFor
+	// one closed when a sequencing pass of this node created deliveries
+	// of the subscription.
 	Claimable() <-chan struct{}
+	ClaimableFor(subscriptionID string) <-chan struct{}
 	// RoomFreed tells the background materialiser that ACKs made room in
 	// the backlogs of these subscriptions, named once per acknowledged
 	// delivery.

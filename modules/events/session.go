@@ -394,7 +394,7 @@ func (s *session) Dispatch() {
 			}
 		default:
 		}
-		claimable := s.m.subs.Claimable()
+		claimable, mine := s.m.subs.Claimable(), s.m.subs.ClaimableFor(s.subscription.ID)
 		leases, err := s.claim(ctx, app, materialize)
 		switch {
 		case err == nil, errors.Is(err, errClaimPoolFull), ctx.Err() != nil:
@@ -442,6 +442,7 @@ func (s *session) Dispatch() {
 		select {
 		case <-ctx.Done():
 		case <-claimable:
+		case <-mine:
 		case <-s.freed:
 		case <-ticker.C:
 			materialize = true

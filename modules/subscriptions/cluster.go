@@ -19,10 +19,11 @@ const SignalClaimable = "subscriptions.claimable"
 // ClusterSignals returns the claimable signal, which event connections on
 // every node wait on: a result committed on one node is materialised there
 // (for every subscription) and its claimable signal wakes the consumers
-// connected to the others. The materialiser's and the purger's wake-ups
+// connected to the others, all of them: the signal does not say which
+// subscriptions (relayed, published, and claimable, woken). The materialiser's and the purger's wake-ups
 // are not relayed: the node that raised them does that work for all.
 func (m *Module) ClusterSignals() []cluster.Signal {
-	return []cluster.Signal{{Name: SignalClaimable, Broadcast: &m.claimable}}
+	return []cluster.Signal{{Name: SignalClaimable, Broadcast: &m.relayed, Woken: &m.claimable}}
 }
 
 // ConnectionKind names event sessions in `orbit cluster status`.

@@ -185,13 +185,14 @@ func (e *env) delivery(t *testing.T, c servertest.Credential, subID, id string) 
 }
 
 // waitSubscription polls GET until cond holds, bounded by waitBound. It
-// wakes when the module announces new deliveries and otherwise every 10 ms
-// (a cursor that moves over events of other types announces nothing).
+// wakes when the module announces new deliveries, of any subscription or
+// of this one, and otherwise every 10 ms (a cursor that moves over events
+// of other types announces nothing).
 func (e *env) waitSubscription(t *testing.T, c servertest.Credential, id, what string, cond func(subscriptions.SubscriptionView) bool) subscriptions.SubscriptionView {
 	t.Helper()
 	deadline := time.Now().Add(waitBound)
 	for {
-		woken := e.mod.Claimable()
+		woken, mine := e.mod.Claimable(), e.mod.ClaimableFor(id)
 		s := e.subscription(t, c, id)
 		if cond(s) {
 			return s
@@ -201,6 +202,7 @@ func (e *env) waitSubscription(t *testing.T, c servertest.Credential, id, what s
 		}
 		select {
 		case <-woken:
+		case <-mine:
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

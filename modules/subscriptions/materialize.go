@@ -175,8 +175,8 @@ func (ins *deliveryInserts) exec(ctx context.Context, tx *sql.Tx) error {
 // whether a queue has such a subscription, or may have (a queue none of
 // whose subscriptions was locked here). Paused subscriptions wait for their
 // resume, full backlogs for the ACKs that make room (RoomFreed). It
-// returns how many deliveries it created.
-func materializeAppended(ctx context.Context, tx *sql.Tx, appended []tasks.Appended) (created int, leftBehind bool, err error) {
+// returns the subscriptions it created deliveries for.
+func materializeAppended(ctx context.Context, tx *sql.Tx, appended []tasks.Appended) (filled []string, leftBehind bool, err error) {
 	byQueue := make(map[string]tasks.Appended, len(appended))
 	queues := make([]any, 0, len(appended))
 	positions := make([]any, 0, 2*len(appended))
@@ -203,7 +203,7 @@ func materializeAppended(ctx context.Context, tx *sql.Tx, appended []tasks.Appen
 		AND (s.queue_id, s.cursor_sequence) IN (`+strings.TrimSuffix(strings.Repeat("(?, ?), ", len(appended)), ", ")+`)
 		FOR UPDATE SKIP LOCKED`, append(queues, positions...)...)
 	if err != nil {
-		return 0, false, err
+		return nil, false, err
 	}
 	var ins deliveryInserts
 	var cursors, moved []any
@@ -217,9 +217,13 @@ func materializeAppended(ctx context.Context, tx *sql.Tx, appended []tasks.Appen
 		if room <= 0 {
 			continue
 		}
+		before := ins.rows
 		cursor, _, err := ins.scan(s.Subscription, byQueue[s.QueueID].Events, room, now)
 		if err != nil {
-			return 0, false, err
+			return nil, false, err
+		}
+		if ins.rows > before {
+			filled = append(filled, s.ID)
 		}
 		if cursor != s.CursorSequence {
 			cursors = append(cursors, s.ID, cursor)
@@ -227,12 +231,12 @@ func materializeAppended(ctx context.Context, tx *sql.Tx, appended []tasks.Appen
 		}
 	}
 	if err := ins.exec(ctx, tx); err != nil {
-		return 0, false, err
+		return nil, false, err
 	}
 	if len(moved) > 0 {
 		if _, err := tx.ExecContext(ctx, `UPDATE subscriptions SET cursor_sequence = `+db.CaseByID(len(moved))+
 			` WHERE id IN (`+db.Placeholders(len(moved))+`)`, append(cursors, moved...)...); err != nil {
-			return 0, false, err
+			return nil, false, err
 		}
 	}
 	for _, a := range appended {
@@ -240,7 +244,7 @@ func materializeAppended(ctx context.Context, tx *sql.Tx, appended []tasks.Appen
 			leftBehind = true
 		}
 	}
-	return ins.rows, leftBehind, nil
+	return filled, leftBehind, nil
 }
 
 // scanMore scans a row's leading columns into what its caller asks for

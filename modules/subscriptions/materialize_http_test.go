@@ -100,3 +100,38 @@ func TestS24_AttemptBudgetStartsAtMaxAttempts(t *testing.T) {
 		}
 	}
 }
+
+// TestS24_APassWakesTheConnectionsOfTheSubscriptionsItFilled: the
+// sequencing pass that creates a subscription's deliveries wakes the event
+// connections of that subscription on its node, not every connection
+// there, and raises the relayed signal, which wakes every connection of
+// the other nodes (it does not say which subscriptions).
+func TestS24_APassWakesTheConnectionsOfTheSubscriptionsItFilled(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	a := e.cred(t, "ns", "wake-a")
+	b := e.cred(t, "ns", "wake-b")
+	sa := e.create(t, a, createBody(a.QueueID, "wake-a", ""))
+	sb := e.create(t, b, createBody(b.QueueID, "wake-b", ""))
+	relayed := e.mod.ClusterSignals()[0].Broadcast
+	everyone, forA, forB, published := e.mod.Claimable(), e.mod.ClaimableFor(sa.ID), e.mod.ClaimableFor(sb.ID), relayed.Gen()
+	e.cancelled(t, a)
+	select {
+	case <-forA:
+	case <-time.After(waitBound):
+		t.Fatalf("the pass that created a delivery of %s did not wake its connections within %v", sa.Name, waitBound)
+	}
+	select {
+	case <-forB:
+		t.Fatalf("the connections of %s were woken", sb.Name)
+	case <-everyone:
+		t.Fatal("every connection of the node was woken")
+	default:
+	}
+	if relayed.Gen() == published {
+		t.Fatal("the pass did not raise the signal relayed to the other nodes")
+	}
+	if got := e.waitPending(t, a, sa.ID, 1); got.PendingCount != 1 {
+		t.Fatalf("pending_count %d, want 1", got.PendingCount)
+	}
+}

@@ -102,13 +102,21 @@ func (m *Module) DeliveryUnsent(ctx context.Context, l *Lease, delay time.Durati
 // the event connections.
 func (m *Module) madePending(subscriptionIDs ...string) {
 	m.floors.forget(subscriptionIDs...)
-	m.claimable.Notify()
+	m.claimableForAll()
 }
 
-// Claimable returns a channel closed when deliveries may have become
-// claimable on this node (materialised, recovered or retried), so event
-// connections claim without waiting for a poll.
+// Claimable returns a channel closed when deliveries of any subscription
+// may have become claimable on this node (recovered, retried, materialised
+// by the materialiser, or committed on another node), so event connections
+// claim without waiting for a poll.
 func (m *Module) Claimable() <-chan struct{} { return m.claimable.C() }
+
+// ClaimableFor returns a channel closed when a sequencing pass of this
+// node created deliveries of the subscription. An event connection waits
+// on it and on Claimable.
+func (m *Module) ClaimableFor(subscriptionID string) <-chan struct{} {
+	return m.claimableSubs.C(subscriptionID)
+}
 
 // RoomFreed tells the background materialiser that ACKs made room in the
 // backlogs of these subscriptions, named once per acknowledged delivery:

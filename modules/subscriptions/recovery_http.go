@@ -313,9 +313,9 @@ func (m *Module) remove(w http.ResponseWriter, r *http.Request) {
 			return http.StatusOK, deletionReceipt{Deletion: d}, nil
 		}, nil
 	})
-	// Connections of this node learn of it at their next claim; those of
-	// other nodes at their next poll.
-	m.claimable.Notify()
+	// Connections learn of it at their next claim, woken at once.
+	m.claimableSubs.Drop(mux.Vars(r)["id"])
+	m.claimableForAll()
 	m.purge.Notify()
 }
 

@@ -94,10 +94,18 @@ type Module struct {
 	// passed since its last run began.
 	roomFreed wake.Broadcast
 	freed     freedRoom
-	// claimable is notified when deliveries may have become claimable on
-	// this node (materialised, recovered or retried), so event connections
-	// claim without waiting for a poll.
-	claimable wake.Broadcast
+	// claimable wakes every event connection of this node, so that it
+	// claims without waiting for a poll: deliveries of any subscription
+	// may have become claimable (recovered, retried, materialised by the
+	// materialiser, or committed on another node). claimableSubs wakes
+	// those of the subscriptions a sequencing pass created deliveries
+	// for (an entry per subscription waited on, dropped when it is deleted
+	// through this node). relayed is notified with either
+	// (claimableForAll, claimableFor) and published to the other nodes,
+	// whose connections are all woken (ClusterSignals).
+	claimable     wake.Broadcast
+	claimableSubs wake.Keyed
+	relayed       wake.Broadcast
 	// floors are where this node's claims look up PENDING deliveries
 	// from; madePending forgets them.
 	floors claimFloors
@@ -177,20 +185,35 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 
 // sequenced is the hook of the result log's sequencing passes: the events
 // a pass appends are materialised in its transaction (materializeAppended),
-// deliveries it created are claimable once it commits, and the background
+// the event connections of the subscriptions it created deliveries for are
+// woken once it commits (other nodes' all are), and the background
 // materialiser runs then only when the pass left subscriptions behind.
 func (m *Module) sequenced(ctx context.Context, tx *sql.Tx, appended []tasks.Appended) error {
-	n, leftBehind, err := materializeAppended(ctx, tx, appended)
+	filled, leftBehind, err := materializeAppended(ctx, tx, appended)
 	if err != nil {
 		return fmt.Errorf("subscriptions: materialize appended events: %w", err)
 	}
-	if n > 0 {
-		db.OnCommit(tx, m.claimable.Notify)
+	if len(filled) > 0 {
+		db.OnCommit(tx, func() { m.claimableFor(filled) })
 	}
 	if leftBehind {
 		db.OnCommit(tx, m.wake.Notify)
 	}
 	return nil
+}
+
+// claimableForAll wakes every event connection, on this node and the
+// others.
+func (m *Module) claimableForAll() {
+	m.claimable.Notify()
+	m.relayed.Notify()
+}
+
+// claimableFor wakes the event connections of these subscriptions on this
+// node, and every event connection of the other nodes.
+func (m *Module) claimableFor(subscriptionIDs []string) {
+	m.claimableSubs.Notify(subscriptionIDs...)
+	m.relayed.Notify()
 }
 
 // Routes mounts the management endpoints.
@@ -254,7 +277,7 @@ func (m *Module) materializeLoop(ctx context.Context) {
 			m.logger.Warn("materialize", "err", err)
 		}
 		if n > 0 {
-			m.claimable.Notify()
+			m.claimableForAll()
 		}
 		everyone = true
 		select {
@@ -390,7 +413,7 @@ func (m *Module) recoverExpired(ctx context.Context) {
 		}
 		if n > 0 {
 			m.floors.forgetAll()
-			m.claimable.Notify()
+			m.claimableForAll()
 		}
 		if n < m.cfg.RecoverBatch {
 			return

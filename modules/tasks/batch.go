@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"sync/atomic"
+	"sync"
 
 	"github.com/go-json-experiment/json/jsontext"
 	"go.opentelemetry.io/otel/trace"
@@ -79,7 +79,10 @@ func (m *Module) submitBatch(w http.ResponseWriter, r *http.Request) {
 	var items []idem.Item
 	var itemIndex []int
 	seen := make(map[string]bool, len(req.Tasks))
-	var submitted atomic.Int64
+	var (
+		mu     sync.Mutex
+		queues []string // of the tasks created
+	)
 	for i, raw := range req.Tasks {
 		var it batchItem
 		if err := httpx.DecodeJSONBytes(raw, &it); err != nil {
@@ -110,7 +113,11 @@ func (m *Module) submitBatch(w http.ResponseWriter, r *http.Request) {
 			httpx.WriteError(w, r, err)
 			return
 		}
-		items = append(items, idem.Item{Key: key, Body: body, Change: m.stageTask(params, func(*Task) { submitted.Add(1) })})
+		items = append(items, idem.Item{Key: key, Body: body, Change: m.stageTask(params, func(t *Task) {
+			mu.Lock()
+			defer mu.Unlock()
+			queues = append(queues, t.QueueID)
+		})})
 		itemIndex = append(itemIndex, i)
 	}
 	// The new tasks are written together, after every item was judged.
@@ -127,8 +134,8 @@ func (m *Module) submitBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		res.Status, res.Data = rc.Status, rc.Data
 	}
-	if submitted.Load() > 0 {
-		m.store.submitted.Notify()
+	if len(queues) > 0 {
+		m.store.submittedTo(queues...)
 	}
 	httpx.WriteData(w, r, http.StatusOK, batchReply{Results: results})
 }

@@ -119,6 +119,9 @@ func (m *Module) CancelRequestList(ctx context.Context, sessionID string) ([]Pro
 // Submitted: see Store.Submitted.
 func (m *Module) Submitted() <-chan struct{} { return m.store.Submitted() }
 
+// SubmittedTo: see Store.SubmittedTo.
+func (m *Module) SubmittedTo(queueID string) <-chan struct{} { return m.store.SubmittedTo(queueID) }
+
 // CancelRequested: see Store.CancelRequested.
 func (m *Module) CancelRequested() <-chan struct{} { return m.store.CancelRequested() }
 

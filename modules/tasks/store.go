@@ -31,7 +31,14 @@ type Store struct {
 	// again, given the attempts used so far.
 	Backoff func(attempts int) time.Duration
 
+	// submitted wakes every worker connection of this node (a task of any
+	// queue may have become PENDING, or one was submitted on another
+	// node), submittedQueues those of the queues tasks were submitted to;
+	// relayedSubmitted is notified with either and published to the other
+	// nodes, whose worker connections are all woken (ClusterSignals).
 	submitted, cancelRequested wake.Broadcast
+	submittedQueues            wake.Keyed
+	relayedSubmitted           wake.Broadcast
 	// seq sequences the events the pool's transactions staged.
 	seq *sequencer
 
@@ -77,8 +84,27 @@ func (s *Store) Appended() <-chan struct{} { return s.seq.appended.C() }
 func (s *Store) OnSequenced(h SequencedHook) (remove func()) { return s.seq.onSequenced(h) }
 
 // Submitted returns a channel closed after the next commit on this node
-// that makes a task PENDING (submitted, requeued, released, reviewed).
+// that may have made a task of any queue PENDING (requeued, released,
+// reviewed), or when another node announced one. A worker connection waits
+// on it and on SubmittedTo its queue.
 func (s *Store) Submitted() <-chan struct{} { return s.submitted.C() }
+
+// SubmittedTo returns a channel closed after the next submission to the
+// queue committed on this node.
+func (s *Store) SubmittedTo(queueID string) <-chan struct{} { return s.submittedQueues.C(queueID) }
+
+// submittedAll wakes every worker connection, on this node and the others.
+func (s *Store) submittedAll() {
+	s.submitted.Notify()
+	s.relayedSubmitted.Notify()
+}
+
+// submittedTo wakes the worker connections of these queues on this node,
+// and every worker connection of the other nodes.
+func (s *Store) submittedTo(queueIDs ...string) {
+	s.submittedQueues.Notify(queueIDs...)
+	s.relayedSubmitted.Notify()
+}
 
 // CancelRequested returns a channel closed after the next commit on this
 // node that requests the cancel of a task.
@@ -95,7 +121,7 @@ func (s *Store) announce(events ...*Event) {
 		requeued = requeued || (ev != nil && ev.Type == EventRequeued)
 	}
 	if requeued {
-		s.submitted.Notify()
+		s.submittedAll()
 	}
 }
 
@@ -109,7 +135,7 @@ func (s *Store) Tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err := db.Tx(ctx, s.db, fn); err != nil {
 		return err
 	}
-	s.submitted.Notify()
+	s.submittedAll()
 	s.cancelRequested.Notify()
 	return nil
 }

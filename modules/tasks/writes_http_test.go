@@ -452,3 +452,47 @@ func TestT1_SubmitsArrivingTogetherAreEachTheirOwn(t *testing.T) {
 		}
 	}
 }
+
+// TestT1_ASubmissionWakesTheWorkersOfItsQueue: a task submitted through a
+// node wakes the worker connections of its queue there, not every worker
+// connection, and raises the relayed signal, which wakes every worker
+// connection of the other nodes (it does not say which queue). A batch
+// wakes the queues of the tasks it created.
+func TestT1_ASubmissionWakesTheWorkersOfItsQueue(t *testing.T) {
+	t.Parallel()
+	e := startServer(t)
+	mod := e.srv.Instances["tasks"].(*tasks.Module)
+	a, b := e.cred(t, "wake-a"), e.cred(t, "wake-b")
+	relayed := mod.ClusterSignals()[0].Broadcast
+	isClosed := func(c <-chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		submit func()
+	}{
+		{"single", func() {
+			wantStatus(t, e.post(t, a, "/v1/tasks", newKey(), submitBody(a.QueueID, `{}`)), http.StatusCreated)
+		}},
+		{"batch", func() {
+			e.batch(t, a, `{"tasks":[{"idempotency_key":"`+newKey()+`","queue_id":"`+a.QueueID+`","input":{}}]}`)
+		}},
+	} {
+		everyone, forA, forB, published := mod.Submitted(), mod.SubmittedTo(a.QueueID), mod.SubmittedTo(b.QueueID), relayed.Gen()
+		c.submit()
+		if !isClosed(forA) {
+			t.Errorf("%s: the workers of the task's queue were not woken", c.name)
+		}
+		if isClosed(forB) || isClosed(everyone) {
+			t.Errorf("%s: woken: another queue's workers %v, every worker %v; want neither", c.name, isClosed(forB), isClosed(everyone))
+		}
+		if relayed.Gen() == published {
+			t.Errorf("%s: the signal relayed to the other nodes was not raised", c.name)
+		}
+	}
+}

@@ -483,7 +483,7 @@ func (s *session) Dispatch() {
 	checkCancels := true
 	var cancels <-chan struct{}
 	for ctx.Err() == nil {
-		submitted := store.Submitted()
+		submitted, mine := store.Submitted(), store.SubmittedTo(s.queueID)
 		// A slot freed before this lease is counted by it: the signal
 		// would only wake a lease that finds the session full again.
 		select {
@@ -562,11 +562,12 @@ func (s *session) Dispatch() {
 			// freed, a lease that expires or is completed elsewhere is
 			// found by the poll. Trying on every submission would only
 			// find the session full again.
-			submitted = nil
+			submitted, mine = nil, nil
 		}
 		select {
 		case <-ctx.Done():
 		case <-submitted:
+		case <-mine:
 		case <-cancels:
 			checkCancels = true
 		case <-s.freed:

@@ -75,6 +75,7 @@ type Tasks interface {
 	AttemptRenew(ctx context.Context, sessionID string, leaseDuration time.Duration) (int, error)
 	CancelRequestList(ctx context.Context, sessionID string) ([]tasks.Proof, error)
 	Submitted() <-chan struct{}
+	SubmittedTo(queueID string) <-chan struct{}
 	CancelRequested() <-chan struct{}
 }
 
