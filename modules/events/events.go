@@ -100,7 +100,7 @@ type Deliveries interface {
 	RedeliveryHorizon(ctx context.Context, queueID string) (uint64, error)
 	// DeliveryMaterialize materialises one batch of the subscription's log.
 	DeliveryMaterialize(ctx context.Context, subscriptionID string) (created int, more bool, err error)
-	DeliveryClaim(ctx context.Context, p *subscriptions.DeliveryClaimParams) ([]subscriptions.Lease, error)
+	DeliveryClaim(ctx context.Context, p *subscriptions.DeliveryClaimParams) (leases []subscriptions.Lease, full bool, err error)
 	DeliveryAckBatch(ctx context.Context, acks []*subscriptions.DeliveryAckParams) ([]subscriptions.AckOutcome, error)
 	DeliveryControlBatch(ctx context.Context, requests []*subscriptions.DeliveryControlParams) ([]subscriptions.ControlOutcome, error)
 	DeliveryUnsent(ctx context.Context, l *subscriptions.Lease, delay time.Duration) (bool, error)

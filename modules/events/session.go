@@ -395,7 +395,12 @@ func (s *session) Dispatch() {
 		default:
 		}
 		claimable, mine := s.m.subs.Claimable(), s.m.subs.ClaimableFor(s.subscription.ID)
-		leases, err := s.claim(ctx, app, materialize)
+		// A slot freed before this claim is counted by it.
+		select {
+		case <-s.freed:
+		default:
+		}
+		leases, full, err := s.claim(ctx, app, materialize)
 		switch {
 		case err == nil, errors.Is(err, errClaimPoolFull), ctx.Err() != nil:
 		case errors.Is(err, subscriptions.ErrSubscriptionDeleted):
@@ -436,14 +441,20 @@ func (s *session) Dispatch() {
 			}
 		}
 		materialize = false
-		if len(leases) > 0 {
-			continue
+		// The claim leased what it could up to the connection's free
+		// capacity. Deliveries that became claimable since it began
+		// closed claimable or mine. When it did not fill the capacity, a
+		// slot freed later finds nothing new: only when it did is a freed
+		// slot worth another claim.
+		freed := s.freed
+		if !full {
+			freed = nil
 		}
 		select {
 		case <-ctx.Done():
 		case <-claimable:
 		case <-mine:
-		case <-s.freed:
+		case <-freed:
 		case <-ticker.C:
 			materialize = true
 		case <-recheck.C:
@@ -499,11 +510,12 @@ func (s *session) signalFreed() {
 }
 
 // claim runs one claim through the node's claim pool, optionally
-// materialising the subscription first.
-func (s *session) claim(ctx context.Context, app string, materialize bool) ([]subscriptions.Lease, error) {
+// materialising the subscription first. full reports that the
+// connection's capacity is taken (subscriptions.Module.DeliveryClaim).
+func (s *session) claim(ctx context.Context, app string, materialize bool) (leases []subscriptions.Lease, full bool, err error) {
 	release, err := s.m.pool.acquire(ctx, app, s.subscription.ID)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer release()
 	defer func(start time.Time) { s.m.metrics.claimSeconds.Observe(time.Since(start).Seconds()) }(time.Now())
@@ -511,7 +523,7 @@ func (s *session) claim(ctx context.Context, app string, materialize bool) ([]su
 	defer cancel()
 	if materialize {
 		if _, _, err := s.m.subs.DeliveryMaterialize(ctx, s.subscription.ID); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	return s.m.subs.DeliveryClaim(ctx, &subscriptions.DeliveryClaimParams{

@@ -89,19 +89,23 @@ func TestE4_ClaimsRacingOnOneSessionStayWithinItsCapacity(t *testing.T) {
 }
 
 // claimSession opens a session of capacity on s and returns a claim
-// through floors.
-func claimSession(t *testing.T, f *fixture, subscriptionID string, capacity int, floors *claimFloors) func() []Lease {
+// through floors, which fails the test unless it reports the session's
+// capacity taken as wantFull says.
+func claimSession(t *testing.T, f *fixture, subscriptionID string, capacity int, floors *claimFloors) func(wantFull bool) []Lease {
 	t.Helper()
 	ctx := context.Background()
 	session, err := EventSessionOpen(ctx, f.db, nil, &EventSessionOpenParams{SubscriptionID: subscriptionID, CredentialID: f.grant.CredentialID, Capacity: capacity})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func() []Lease {
+	return func(wantFull bool) []Lease {
 		t.Helper()
-		leases, err := deliveryClaim(ctx, f.db, f.log, f.grants, floors, &DeliveryClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
+		leases, full, err := deliveryClaim(ctx, f.db, f.log, f.grants, floors, &DeliveryClaimParams{Grant: f.grant, SessionID: session, LeaseDuration: time.Minute, RecoverBatch: 10})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if full != wantFull {
+			t.Fatalf("claim of %d reported its capacity taken: %v, want %v", len(leases), full, wantFull)
 		}
 		return leases
 	}
@@ -122,7 +126,7 @@ func leasedSequences(leases []Lease) []uint64 {
 // PENDING again on this node (madePending forgets the floor) is leased
 // first, one made PENDING elsewhere is found by a claim that does not fill
 // its capacity above the floor, and a floor is trusted for claimFloorTTL
-// only.
+// only. Each claim says whether it left the session's capacity taken.
 func TestE8_ClaimFloorsHideNothingForLong(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -134,7 +138,7 @@ func TestE8_ClaimFloorsHideNothingForLong(t *testing.T) {
 	}
 	var floors claimFloors
 	first := claimSession(t, f, s.ID, 3, &floors)
-	if got := leasedSequences(first()); !slices.Equal(got, []uint64{1, 2, 3}) {
+	if got := leasedSequences(first(true)); !slices.Equal(got, []uint64{1, 2, 3}) {
 		t.Fatalf("first claim leased %v, want [1 2 3]", got)
 	}
 	if above, _ := floors.get(s.ID, time.Now()); above != 3 {
@@ -153,7 +157,7 @@ func TestE8_ClaimFloorsHideNothingForLong(t *testing.T) {
 	makePending(2)
 	floors.forget(s.ID)
 	second := claimSession(t, f, s.ID, 3, &floors)
-	if got := leasedSequences(second()); !slices.Equal(got, []uint64{2, 4, 5}) {
+	if got := leasedSequences(second(true)); !slices.Equal(got, []uint64{2, 4, 5}) {
 		t.Fatalf("claim after madePending leased %v, want [2 4 5]", got)
 	}
 
@@ -161,16 +165,24 @@ func TestE8_ClaimFloorsHideNothingForLong(t *testing.T) {
 	// the floor (5) does not see it ...
 	makePending(1)
 	third := claimSession(t, f, s.ID, 3, &floors)
-	if got := leasedSequences(third()); !slices.Equal(got, []uint64{6, 7, 8}) {
+	if got := leasedSequences(third(true)); !slices.Equal(got, []uint64{6, 7, 8}) {
 		t.Fatalf("claim above the floor leased %v, want [6 7 8]", got)
 	}
 	// ... one that does not looks below it, and leases in sequence order.
 	fourth := claimSession(t, f, s.ID, 10, &floors)
-	if got := leasedSequences(fourth()); !slices.Equal(got, []uint64{1, 9, 10, 11, 12}) {
+	if got := leasedSequences(fourth(false)); !slices.Equal(got, []uint64{1, 9, 10, 11, 12}) {
 		t.Fatalf("claim short above the floor leased %v, want [1 9 10 11 12]", got)
 	}
 	if above, _ := floors.get(s.ID, time.Now()); above != 0 {
 		t.Fatalf("floor after a claim that did not fill %d, want none", above)
+	}
+	// A full session leases nothing and says so; one with a free slot
+	// and nothing to claim says it is not full.
+	if got := second(true); len(got) != 0 {
+		t.Fatalf("a full session leased %d", len(got))
+	}
+	if got := first(false); len(got) != 0 {
+		t.Fatalf("a session with nothing to claim leased %d", len(got))
 	}
 
 	// A floor is trusted for claimFloorTTL only.

@@ -292,12 +292,17 @@ type DeliveryClaimParams struct {
 // no longer holds, the error is that of grants.CheckGrants, and nothing is
 // leased.
 func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.GrantChecker, p *DeliveryClaimParams) ([]Lease, error) {
-	return deliveryClaim(ctx, pool, log, grants, nil, p)
+	leases, _, err := deliveryClaim(ctx, pool, log, grants, nil, p)
+	return leases, err
 }
 
 // deliveryClaim is DeliveryClaim, looking up PENDING deliveries from the
-// subscription's claim floor when floors has one (claimFloors).
-func deliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.GrantChecker, floors *claimFloors, p *DeliveryClaimParams) ([]Lease, error) {
+// subscription's claim floor when floors has one (claimFloors). It also
+// reports whether the session's capacity is taken: it had no free slot, or
+// the claim filled them all. Otherwise the claim leased everything it
+// could: until more deliveries become claimable, a slot freed later finds
+// nothing.
+func deliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.GrantChecker, floors *claimFloors, p *DeliveryClaimParams) (leases []Lease, full bool, err error) {
 	var (
 		out            []Lease
 		subscriptionID string
@@ -306,8 +311,8 @@ func deliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 		looked         bool   // it looked up PENDING deliveries
 		token          uint64 // of floors, read before the look-up
 	)
-	err := db.Tx(ctx, pool, func(tx *sql.Tx) error {
-		out, filledAbove, recovered, looked = nil, 0, false, false
+	err = db.Tx(ctx, pool, func(tx *sql.Tx) error {
+		out, filledAbove, recovered, looked, full = nil, 0, false, false, false
 		var capacity, held int
 		var closed sql.NullTime
 		var enabled sql.NullBool
@@ -343,7 +348,8 @@ func deliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 		}
 		now := db.Now()
 		free := capacity - held
-		if free <= 0 {
+		full = free <= 0
+		if full {
 			// A full connection leases nothing, but its claim still
 			// recovers expired leases for the others.
 			n, err := recoverLeases(ctx, tx, []string{subscriptionID}, p.RecoverBatch, now)
@@ -391,6 +397,7 @@ func deliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 			}
 		}
 		slices.SortFunc(picked, func(a, b *Delivery) int { return cmp.Compare(a.Sequence, b.Sequence) })
+		full = len(picked) == free
 		if len(picked) == 0 {
 			return nil
 		}
@@ -440,14 +447,14 @@ func deliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 		if errors.Is(err, ErrSubscriptionDeleted) && subscriptionID != "" {
 			floors.drop(subscriptionID)
 		}
-		return nil, fmt.Errorf("subscriptions: claim: %w", err)
+		return nil, false, fmt.Errorf("subscriptions: claim: %w", err)
 	}
 	if recovered {
 		floors.forget(subscriptionID)
 	} else if looked {
 		floors.set(subscriptionID, filledAbove, token, time.Now())
 	}
-	return out, nil
+	return out, full, nil
 }
 
 // deliveryUnsent gives back a lease whose event.deliver was never written

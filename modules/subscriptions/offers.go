@@ -35,13 +35,14 @@ func (m *Module) DeliveryMaterialize(ctx context.Context, subscriptionID string)
 	return deliveryMaterialize(ctx, m.db, m.log, subscriptionID, m.cfg.MaterializeBatch)
 }
 
-// DeliveryClaim leases deliveries for one event connection.
-func (m *Module) DeliveryClaim(ctx context.Context, p *DeliveryClaimParams) ([]Lease, error) {
-	leases, err := deliveryClaim(withMetrics(ctx, m.metrics), m.db, m.log, m.auth, &m.floors, p)
+// DeliveryClaim leases deliveries for one event connection, and reports
+// whether its capacity is taken (see deliveryClaim).
+func (m *Module) DeliveryClaim(ctx context.Context, p *DeliveryClaimParams) (leases []Lease, full bool, err error) {
+	leases, full, err = deliveryClaim(withMetrics(ctx, m.metrics), m.db, m.log, m.auth, &m.floors, p)
 	if err == nil && len(leases) > 0 {
 		m.activity.add(leases[0].Delivery.SubscriptionID, time.Now(), len(leases), 0)
 	}
-	return leases, err
+	return leases, full, err
 }
 
 // DeliveryOutcome counts n outcomes (OutcomeAck, OutcomeNack,
