@@ -58,11 +58,7 @@ func TestE4_ClaimsRacingOnOneSessionStayWithinItsCapacity(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	f.appendEvents(t, 40)
-	s := f.create(t, "racing", nil, zero(), 100)
-	if _, _, err := deliveryMaterialize(ctx, f.db, f.log, s.ID, 100); err != nil {
-		t.Fatal(err)
-	}
+	s := f.backlog(t, "racing", 40)
 	const capacity = 3
 	session, err := EventSessionOpen(ctx, f.db, nil, &EventSessionOpenParams{SubscriptionID: s.ID, CredentialID: f.grant.CredentialID, Capacity: capacity})
 	if err != nil {
@@ -130,12 +126,7 @@ func leasedSequences(leases []Lease) []uint64 {
 func TestE8_ClaimFloorsHideNothingForLong(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	ctx := context.Background()
-	f.appendEvents(t, 12)
-	s := f.create(t, "floors", nil, zero(), 100)
-	if _, _, err := deliveryMaterialize(ctx, f.db, f.log, s.ID, 100); err != nil {
-		t.Fatal(err)
-	}
+	s := f.backlog(t, "floors", 12)
 	var floors claimFloors
 	first := claimSession(t, f, s.ID, 3, &floors)
 	if got := leasedSequences(first(true)); !slices.Equal(got, []uint64{1, 2, 3}) {

@@ -87,6 +87,18 @@ func (f *fixture) appendEvents(t *testing.T, n int) {
 	}
 }
 
+// backlog appends n events and returns a new subscription to every result
+// from sequence 0 (max_pending 100) with a PENDING delivery of each.
+func (f *fixture) backlog(t *testing.T, name string, n int) *Subscription {
+	t.Helper()
+	f.appendEvents(t, n)
+	s := f.create(t, name, nil, zero(), 100)
+	if created, _, err := deliveryMaterialize(context.Background(), f.db, f.log, s.ID, 100); err != nil || created != n {
+		t.Fatalf("materialize: %d, %v; want %d", created, err, n)
+	}
+	return s
+}
+
 func (f *fixture) create(t *testing.T, name string, types []string, from *uint64, maxPending int) *Subscription {
 	t.Helper()
 	var s *Subscription

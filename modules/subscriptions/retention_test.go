@@ -17,11 +17,7 @@ func TestT11_RetentionHoldKeepsEventsWithLiveDeliveries(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	f.appendEvents(t, 6)
-	s := f.create(t, "all", nil, zero(), 100)
-	if n, _, err := deliveryMaterialize(ctx, f.db, f.log, s.ID, 100); err != nil || n != 6 {
-		t.Fatalf("materialize: %d %v", n, err)
-	}
+	s := f.backlog(t, "all", 6)
 	if _, err := f.db.Exec(`UPDATE result_events SET occurred_at = ? WHERE queue_id = ?`, db.Now().Add(-30*24*time.Hour), f.scope.QueueID); err != nil {
 		t.Fatal(err)
 	}
