@@ -304,7 +304,6 @@ func DeliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 // nothing.
 func deliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.GrantChecker, floors *claimFloors, p *DeliveryClaimParams) (leases []Lease, full bool, err error) {
 	var (
-		out            []Lease
 		subscriptionID string
 		filledAbove    uint64 // the floor this claim leaves; 0 for none
 		recovered      bool   // it made deliveries PENDING again
@@ -312,7 +311,7 @@ func deliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 		token          uint64 // of floors, read before the look-up
 	)
 	err = db.Tx(ctx, pool, func(tx *sql.Tx) error {
-		out, filledAbove, recovered, looked, full = nil, 0, false, false, false
+		leases, filledAbove, recovered, looked, full = nil, 0, false, false, false
 		var capacity, held int
 		var closed sql.NullTime
 		var enabled sql.NullBool
@@ -439,7 +438,7 @@ func deliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 			if !ok || ev.ID != d.EventID {
 				return fmt.Errorf("event %s of delivery %s: %w", d.EventID, d.ID, sql.ErrNoRows)
 			}
-			out = append(out, Lease{Delivery: d, Event: ev, Secret: secrets[i]})
+			leases = append(leases, Lease{Delivery: d, Event: ev, Secret: secrets[i]})
 		}
 		return nil
 	})
@@ -454,7 +453,7 @@ func deliveryClaim(ctx context.Context, pool *sql.DB, log Log, grants auth.Grant
 	} else if looked {
 		floors.set(subscriptionID, filledAbove, token, time.Now())
 	}
-	return out, full, nil
+	return leases, full, nil
 }
 
 // deliveryUnsent gives back a lease whose event.deliver was never written
