@@ -106,3 +106,38 @@ func (k *Keyed) Drop(key string) {
 		delete(k.byKey, key)
 	}
 }
+
+// Scoped is a node's wake-up signal for changes that concern some keys (a
+// queue, a subscription) or everything: Notify wakes this node's waiters
+// of those keys alone (KeyC), NotifyAll every waiter (C). Relayed counts
+// both for the other nodes, which learn only that something changed: it is
+// what a module publishes, and All what a wake-up relayed from another
+// node wakes (cluster.Signal's Broadcast and Woken). The zero value is
+// ready to use.
+type Scoped struct {
+	All     Broadcast
+	Relayed Broadcast
+	keys    Keyed
+}
+
+// C returns a channel closed at the next NotifyAll or relayed wake-up.
+func (s *Scoped) C() <-chan struct{} { return s.All.C() }
+
+// KeyC returns a channel closed at the next Notify of key (or Drop).
+func (s *Scoped) KeyC(key string) <-chan struct{} { return s.keys.C(key) }
+
+// NotifyAll wakes every waiter, on this node and, relayed, on the others.
+func (s *Scoped) NotifyAll() {
+	s.All.Notify()
+	s.Relayed.Notify()
+}
+
+// Notify wakes the waiters of these keys on this node, and every waiter
+// on the others.
+func (s *Scoped) Notify(keys ...string) {
+	s.keys.Notify(keys...)
+	s.Relayed.Notify()
+}
+
+// Drop wakes a key's waiters and forgets the key (see Keyed.Drop).
+func (s *Scoped) Drop(key string) { s.keys.Drop(key) }

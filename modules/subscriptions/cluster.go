@@ -20,10 +20,10 @@ const SignalClaimable = "subscriptions.claimable"
 // every node wait on: a result committed on one node is materialised there
 // (for every subscription) and its claimable signal wakes the consumers
 // connected to the others, all of them: the signal does not say which
-// subscriptions (relayed, published, and claimable, woken). The materialiser's and the purger's wake-ups
+// subscriptions. The materialiser's and the purger's wake-ups
 // are not relayed: the node that raised them does that work for all.
 func (m *Module) ClusterSignals() []cluster.Signal {
-	return []cluster.Signal{{Name: SignalClaimable, Broadcast: &m.relayed, Woken: &m.claimable}}
+	return []cluster.Signal{{Name: SignalClaimable, Broadcast: &m.claimable.Relayed, Woken: &m.claimable.All}}
 }
 
 // ConnectionKind names event sessions in `orbit cluster status`.

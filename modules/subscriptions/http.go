@@ -273,7 +273,7 @@ func (m *Module) configure(w http.ResponseWriter, r *http.Request) {
 	// on every node (the cluster module relays claimable), and its backlog
 	// may take more of the log.
 	m.wake.Notify()
-	m.claimableForAll()
+	m.claimable.NotifyAll()
 }
 
 func (m *Module) listDeliveries(w http.ResponseWriter, r *http.Request) {

@@ -98,12 +98,12 @@ func (m *Module) DeliveryUnsent(ctx context.Context, l *Lease, delay time.Durati
 }
 
 // madePending is told, once committed, that deliveries of these
-// subscriptions became PENDING again (NACKed, retried, replayed, resumed):
+// subscriptions became PENDING again (NACKed, retried, replayed):
 // it forgets their claim floors, which may stand above them, and wakes
 // the event connections.
 func (m *Module) madePending(subscriptionIDs ...string) {
 	m.floors.forget(subscriptionIDs...)
-	m.claimableForAll()
+	m.claimable.NotifyAll()
 }
 
 // Claimable returns a channel closed when deliveries of any subscription
@@ -116,7 +116,7 @@ func (m *Module) Claimable() <-chan struct{} { return m.claimable.C() }
 // node created deliveries of the subscription. An event connection waits
 // on it and on Claimable.
 func (m *Module) ClaimableFor(subscriptionID string) <-chan struct{} {
-	return m.claimableSubs.C(subscriptionID)
+	return m.claimable.KeyC(subscriptionID)
 }
 
 // RoomFreed tells the background materialiser that ACKs made room in the

@@ -314,8 +314,8 @@ func (m *Module) remove(w http.ResponseWriter, r *http.Request) {
 		}, nil
 	})
 	// Connections learn of it at their next claim, woken at once.
-	m.claimableSubs.Drop(mux.Vars(r)["id"])
-	m.claimableForAll()
+	m.claimable.Drop(mux.Vars(r)["id"])
+	m.claimable.NotifyAll()
 	m.purge.Notify()
 }
 

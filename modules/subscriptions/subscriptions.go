@@ -94,18 +94,14 @@ type Module struct {
 	// passed since its last run began.
 	roomFreed wake.Broadcast
 	freed     freedRoom
-	// claimable wakes every event connection of this node, so that it
-	// claims without waiting for a poll: deliveries of any subscription
-	// may have become claimable (recovered, retried, materialised by the
-	// materialiser, or committed on another node). claimableSubs wakes
-	// those of the subscriptions a sequencing pass created deliveries
-	// for (an entry per subscription waited on, dropped when it is deleted
-	// through this node). relayed is notified with either
-	// (claimableForAll, claimableFor) and published to the other nodes,
-	// whose connections are all woken (ClusterSignals).
-	claimable     wake.Broadcast
-	claimableSubs wake.Keyed
-	relayed       wake.Broadcast
+	// claimable wakes event connections so that they claim without
+	// waiting for a poll: those of the subscriptions a sequencing pass
+	// created deliveries for (Notify; a key per subscription waited on,
+	// dropped when it is deleted through this node), or all of them when
+	// deliveries of any subscription may have become claimable
+	// (NotifyAll: recovered, retried, materialised by the materialiser).
+	// Other nodes wake all theirs (ClusterSignals).
+	claimable wake.Scoped
 	// floors are where this node's claims look up PENDING deliveries
 	// from; madePending forgets them.
 	floors claimFloors
@@ -194,26 +190,12 @@ func (m *Module) sequenced(ctx context.Context, tx *sql.Tx, appended []tasks.App
 		return fmt.Errorf("subscriptions: materialize appended events: %w", err)
 	}
 	if len(filled) > 0 {
-		db.OnCommit(tx, func() { m.claimableFor(filled) })
+		db.OnCommit(tx, func() { m.claimable.Notify(filled...) })
 	}
 	if leftBehind {
 		db.OnCommit(tx, m.wake.Notify)
 	}
 	return nil
-}
-
-// claimableForAll wakes every event connection, on this node and the
-// others.
-func (m *Module) claimableForAll() {
-	m.claimable.Notify()
-	m.relayed.Notify()
-}
-
-// claimableFor wakes the event connections of these subscriptions on this
-// node, and every event connection of the other nodes.
-func (m *Module) claimableFor(subscriptionIDs []string) {
-	m.claimableSubs.Notify(subscriptionIDs...)
-	m.relayed.Notify()
 }
 
 // Routes mounts the management endpoints.
@@ -277,7 +259,7 @@ func (m *Module) materializeLoop(ctx context.Context) {
 			m.logger.Warn("materialize", "err", err)
 		}
 		if n > 0 {
-			m.claimableForAll()
+			m.claimable.NotifyAll()
 		}
 		everyone = true
 		select {
@@ -413,7 +395,7 @@ func (m *Module) recoverExpired(ctx context.Context) {
 		}
 		if n > 0 {
 			m.floors.forgetAll()
-			m.claimableForAll()
+			m.claimable.NotifyAll()
 		}
 		if n < m.cfg.RecoverBatch {
 			return

@@ -135,7 +135,7 @@ func (m *Module) submitBatch(w http.ResponseWriter, r *http.Request) {
 		res.Status, res.Data = rc.Status, rc.Data
 	}
 	if len(queues) > 0 {
-		m.store.submittedTo(queues...)
+		m.store.submitted.Notify(queues...)
 	}
 	httpx.WriteData(w, r, http.StatusOK, batchReply{Results: results})
 }

@@ -25,7 +25,7 @@ const (
 // subscriptions module's claimable signal, which is relayed.
 func (m *Module) ClusterSignals() []cluster.Signal {
 	return []cluster.Signal{
-		{Name: SignalSubmitted, Broadcast: &m.store.relayedSubmitted, Woken: &m.store.submitted},
+		{Name: SignalSubmitted, Broadcast: &m.store.submitted.Relayed, Woken: &m.store.submitted.All},
 		{Name: SignalCancelRequested, Broadcast: &m.store.cancelRequested},
 	}
 }

@@ -79,7 +79,7 @@ func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	if created != nil {
 		// Committed: wake the queue's workers of this node now.
-		m.store.submittedTo(created.QueueID)
+		m.store.submitted.Notify(created.QueueID)
 		if span.IsRecording() {
 			span.SetAttributes(tracing.AttrTaskID.String(created.ID), tracing.AttrQueueID.String(created.QueueID))
 		}
@@ -340,5 +340,5 @@ func (m *Module) review(w http.ResponseWriter, r *http.Request) {
 	})
 	// Write returns after the commit (and the sequencing of what it
 	// appended): the review may have made the task PENDING again.
-	m.store.submittedAll()
+	m.store.submitted.NotifyAll()
 }

@@ -31,14 +31,12 @@ type Store struct {
 	// again, given the attempts used so far.
 	Backoff func(attempts int) time.Duration
 
-	// submitted wakes every worker connection of this node (a task of any
-	// queue may have become PENDING, or one was submitted on another
-	// node), submittedQueues those of the queues tasks were submitted to;
-	// relayedSubmitted is notified with either and published to the other
-	// nodes, whose worker connections are all woken (ClusterSignals).
-	submitted, cancelRequested wake.Broadcast
-	submittedQueues            wake.Keyed
-	relayedSubmitted           wake.Broadcast
+	// submitted wakes the worker connections of the queues tasks were
+	// submitted to (Notify), or all of them when a task of any queue may
+	// have become PENDING (NotifyAll); other nodes wake all theirs
+	// (ClusterSignals).
+	submitted       wake.Scoped
+	cancelRequested wake.Broadcast
 	// seq sequences the events the pool's transactions staged.
 	seq *sequencer
 
@@ -91,20 +89,7 @@ func (s *Store) Submitted() <-chan struct{} { return s.submitted.C() }
 
 // SubmittedTo returns a channel closed after the next submission to the
 // queue committed on this node.
-func (s *Store) SubmittedTo(queueID string) <-chan struct{} { return s.submittedQueues.C(queueID) }
-
-// submittedAll wakes every worker connection, on this node and the others.
-func (s *Store) submittedAll() {
-	s.submitted.Notify()
-	s.relayedSubmitted.Notify()
-}
-
-// submittedTo wakes the worker connections of these queues on this node,
-// and every worker connection of the other nodes.
-func (s *Store) submittedTo(queueIDs ...string) {
-	s.submittedQueues.Notify(queueIDs...)
-	s.relayedSubmitted.Notify()
-}
+func (s *Store) SubmittedTo(queueID string) <-chan struct{} { return s.submitted.KeyC(queueID) }
 
 // CancelRequested returns a channel closed after the next commit on this
 // node that requests the cancel of a task.
@@ -121,7 +106,7 @@ func (s *Store) announce(events ...*Event) {
 		requeued = requeued || (ev != nil && ev.Type == EventRequeued)
 	}
 	if requeued {
-		s.submittedAll()
+		s.submitted.NotifyAll()
 	}
 }
 
@@ -135,7 +120,7 @@ func (s *Store) Tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err := db.Tx(ctx, s.db, fn); err != nil {
 		return err
 	}
-	s.submittedAll()
+	s.submitted.NotifyAll()
 	s.cancelRequested.Notify()
 	return nil
 }
