@@ -57,6 +57,10 @@ type serverSettings struct {
 	Cores               int
 	GoVersion           string
 	OrbitPoolConns      int
+	// GCPercent is the garbage collector's target in effect and its
+	// source (server.gc_percent, or GOGC when set).
+	GCPercent       int
+	GCPercentSource string
 }
 
 // credential is the one credential of the run: every permission, a grant
@@ -118,6 +122,9 @@ func startEnv(ctx context.Context, log *slog.Logger) (_ *env, err error) {
 	e.pool.SetMaxOpenConns(e.cfg.Database.MaxOpenConns)
 	e.pool.SetMaxIdleConns(e.cfg.Database.MaxOpenConns)
 	e.settings.OrbitPoolConns = e.cfg.Database.MaxOpenConns
+	// As `orbit serve` does; the process also holds the SDK clients, so
+	// they run with the server's target too.
+	e.settings.GCPercent, e.settings.GCPercentSource = server.SetGCPercent(e.cfg.Server.GCPercent)
 	if _, err := migrate.Up(ctx, e.pool, modules.Migrations()); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -233,6 +234,26 @@ func TestValidate_RefusesAnUnparsableListenAddress(t *testing.T) {
 		c.Server.Listen = listen
 		if err := c.Validate(); err != nil {
 			t.Errorf("listen %q refused: %v", listen, err)
+		}
+	}
+}
+
+// server.gc_percent is a GOGC value in a bounded range.
+func TestValidate_GCPercentWithinItsRange(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{0, -1, MinGCPercent - 1, MaxGCPercent + 1} {
+		c := Default()
+		c.Server.GCPercent = n
+		want := fmt.Sprintf("server.gc_percent: must be between %d and %d, got %d", MinGCPercent, MaxGCPercent, n)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("gc_percent %d: %v, want %q", n, err, want)
+		}
+	}
+	for _, n := range []int{MinGCPercent, 100, DefaultGCPercent, MaxGCPercent} {
+		c := Default()
+		c.Server.GCPercent = n
+		if err := c.Validate(); err != nil {
+			t.Errorf("gc_percent %d refused: %v", n, err)
 		}
 	}
 }

@@ -59,6 +59,8 @@ func (app *App) serve(ctx context.Context, cmd *cobra.Command, cfg *config.Confi
 		defer mln.Close()
 	}
 	logger := newLogger(cfg, cmd.ErrOrStderr())
+	gcPercent, gcSource := server.SetGCPercent(cfg.Server.GCPercent)
+	logger.Debug("garbage collector target", "gc_percent", gcPercent, "source", gcSource)
 	pool, err := openDatabase(ctx, cfg, logger)
 	if err != nil {
 		return err
