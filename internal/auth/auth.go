@@ -60,6 +60,13 @@ type Principal struct {
 	EnvironmentID string
 	Permissions   map[string]bool
 	Queues        map[string]bool
+	// Cached says the principal was read from the node's cache of recent
+	// authentications (CachedAuthenticator), not now: its credential may
+	// have been revoked, or lost a permission or a queue grant, since.
+	// Only handlers behind RequireCached get one; before their write they
+	// check the grants it uses (GrantChecker), so that a change takes
+	// effect at once. The maps are shared with the cache: read only.
+	Cached bool
 }
 
 // Can reports whether the principal holds permission perm.
@@ -122,6 +129,15 @@ type Authenticator interface {
 	GrantChecker
 }
 
+// CachedAuthenticator is an Authenticator that can also answer from the
+// node's cache of recent authentications, without a statement. A principal
+// it answers from the cache has Cached set; one it had to read is fresh.
+// Unknown and revoked tokens are never answered from the cache.
+type CachedAuthenticator interface {
+	Authenticator
+	AuthenticateCached(ctx context.Context, header string) (*Principal, error)
+}
+
 // GrantChecker checks that credentials still hold what an operation needs.
 type GrantChecker interface {
 	// CheckGrants reads through q (a transaction, so that the check and the
@@ -173,6 +189,10 @@ func Header(h http.Header) (string, bool) {
 // a. The request must have exactly one, in the Bearer scheme; anything else
 // is ErrUnauthenticated without consulting a.
 func AuthenticateRequest(ctx context.Context, a Authenticator, h http.Header) (*Principal, error) {
+	return authenticateRequest(ctx, h, a.Authenticate)
+}
+
+func authenticateRequest(ctx context.Context, h http.Header, authenticate func(context.Context, string) (*Principal, error)) (*Principal, error) {
 	header, ok := Header(h)
 	if !ok {
 		return nil, ErrUnauthenticated
@@ -180,7 +200,7 @@ func AuthenticateRequest(ctx context.Context, a Authenticator, h http.Header) (*
 	if _, ok := BearerToken(header); !ok {
 		return nil, ErrUnauthenticated
 	}
-	return a.Authenticate(ctx, header)
+	return authenticate(ctx, header)
 }
 
 // BearerToken extracts the token of an "Authorization: Bearer <token>"
@@ -246,11 +266,37 @@ func FromContext(ctx context.Context) *Principal {
 // principal in place of the Authorization header; the permission check is
 // the same.
 func Require(a Authenticator, perm string, next http.Handler) http.Handler {
+	return require(a, perm, false, next)
+}
+
+// RequireCached is Require for a handler that checks its caller's grants
+// again before it writes (GrantChecker), such as a submission recorded in
+// a shared transaction: when a is a CachedAuthenticator, the caller may be
+// answered from the node's cache (Principal.Cached). A cached principal
+// that lacks perm is read afresh, since the permission may have been
+// granted since.
+func RequireCached(a Authenticator, perm string, next http.Handler) http.Handler {
+	return require(a, perm, true, next)
+}
+
+func require(a Authenticator, perm string, cached bool, next http.Handler) http.Handler {
+	ca, _ := a.(CachedAuthenticator)
+	if !cached {
+		ca = nil
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := sessionPrincipal(r.Context())
 		if p == nil {
 			var err error
-			if p, err = AuthenticateRequest(r.Context(), a, r.Header); err != nil {
+			if ca != nil {
+				p, err = authenticateRequest(r.Context(), r.Header, ca.AuthenticateCached)
+				if err == nil && p.Cached && perm != "" && !p.Can(perm) {
+					p, err = AuthenticateRequest(r.Context(), a, r.Header)
+				}
+			} else {
+				p, err = AuthenticateRequest(r.Context(), a, r.Header)
+			}
+			if err != nil {
 				httpx.WriteError(w, r, err)
 				return
 			}

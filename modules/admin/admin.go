@@ -47,6 +47,13 @@ func (m *Module) Authenticate(ctx context.Context, header string) (*auth.Princip
 	return m.store.Authenticate(ctx, header)
 }
 
+// AuthenticateCached is Authenticate answered from the node's recent
+// authentications when it can (auth.CachedAuthenticator). It is called
+// after Provision.
+func (m *Module) AuthenticateCached(ctx context.Context, header string) (*auth.Principal, error) {
+	return m.store.AuthenticateCached(ctx, header)
+}
+
 // CredentialPrincipal resolves a credential by ID, refusing a revoked
 // one (see Store.CredentialPrincipal). The console resolves its sessions'
 // credentials with it on every request. It is called after Provision.
@@ -123,10 +130,10 @@ func (m *Module) getCredential(w http.ResponseWriter, r *http.Request) {
 }
 
 var (
-	_ modules.Provisioner    = (*Module)(nil)
-	_ modules.Router         = (*Module)(nil)
-	_ modules.Commander      = (*Module)(nil)
-	_ auth.Authenticator     = (*Module)(nil)
-	_ auth.ApplicationLocker = (*Module)(nil)
-	_ audit.Writer           = (*Module)(nil)
+	_ modules.Provisioner      = (*Module)(nil)
+	_ modules.Router           = (*Module)(nil)
+	_ modules.Commander        = (*Module)(nil)
+	_ auth.CachedAuthenticator = (*Module)(nil)
+	_ auth.ApplicationLocker   = (*Module)(nil)
+	_ audit.Writer             = (*Module)(nil)
 )

@@ -20,7 +20,8 @@ import (
 // implements auth.Authenticator and audit.Writer, which the module offers
 // to the others.
 type Store struct {
-	db *sql.DB
+	db     *sql.DB
+	recent recentPrincipals
 }
 
 // NewStore returns a Store on the platform database.
@@ -228,6 +229,9 @@ func (s *Store) CredentialRevoke(ctx context.Context, credentialID, reason strin
 	if err != nil {
 		return fmt.Errorf("admin: revoke credential: %w", err)
 	}
+	// Other stores (other nodes) may still answer it from their recent
+	// authentications; their handlers' grant checks refuse it.
+	s.recent.forgetCredential(credentialID)
 	return nil
 }
 
@@ -366,18 +370,32 @@ func (s *Store) Authenticate(ctx context.Context, header string) (*auth.Principa
 	if !ok {
 		return nil, auth.ErrUnauthenticated
 	}
-	digest := auth.Digest(token)
+	return s.authenticate(ctx, auth.Digest(token), time.Now())
+}
+
+// authenticate reads the credential of a token digest, records its use
+// and keeps it among the recent authentications (AuthenticateCached).
+func (s *Store) authenticate(ctx context.Context, digest [32]byte, now time.Time) (*auth.Principal, error) {
 	c, err := s.credentialPrincipal(ctx, "token_digest", digest[:])
+	if errors.Is(err, auth.ErrUnauthenticated) {
+		s.recent.forget(digest)
+	}
 	if err != nil {
 		return nil, err
 	}
 	if subtle.ConstantTimeCompare(c.digest, digest[:]) != 1 {
 		return nil, auth.ErrUnauthenticated
 	}
-	if err := s.credentialTouch(ctx, c.principal.CredentialID, c.lastUsed); err != nil {
+	touched, err := s.credentialTouch(ctx, c.principal.CredentialID, c.lastUsed)
+	if err != nil {
 		return nil, err
 	}
-	return &c.principal, nil
+	if touched {
+		c.lastUsed = sql.NullTime{Time: now, Valid: true}
+	}
+	s.recent.put(digest, c, now)
+	p := c.principal
+	return &p, nil
 }
 
 // CredentialPrincipal resolves a credential by its ID to a Principal, for a
@@ -470,21 +488,23 @@ func (s *Store) credentialPrincipal(ctx context.Context, column string, value an
 const LastUsedResolution = time.Minute
 
 // credentialTouch records that a credential authenticated now, unless its
-// last_used_at (as just read) is younger than LastUsedResolution. The
+// last_used_at (as just read) is younger than LastUsedResolution, and
+// reports whether it sent the UPDATE (after which last_used_at is recent,
+// whichever request wrote it). The
 // condition is repeated in the UPDATE, so concurrent requests and nodes
 // write it about once between them.
-func (s *Store) credentialTouch(ctx context.Context, credentialID string, lastUsed sql.NullTime) error {
+func (s *Store) credentialTouch(ctx context.Context, credentialID string, lastUsed sql.NullTime) (bool, error) {
 	now := db.Now()
 	stale := now.Add(-LastUsedResolution)
 	if lastUsed.Valid && lastUsed.Time.After(stale) {
-		return nil
+		return false, nil
 	}
 	if _, err := s.db.ExecContext(ctx, `
 		UPDATE credentials SET last_used_at = ?
 		WHERE id = ? AND (last_used_at IS NULL OR last_used_at <= ?)`, now, credentialID, stale); err != nil {
-		return fmt.Errorf("admin: record credential use: %w", err)
+		return false, fmt.Errorf("admin: record credential use: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
 // credentialGrants returns a credential's permissions and queue grants, each
@@ -622,9 +642,9 @@ func dedupeSorted(in []string) []string {
 }
 
 var (
-	_ auth.Authenticator     = (*Store)(nil)
-	_ auth.ApplicationLocker = (*Store)(nil)
-	_ audit.Writer           = (*Store)(nil)
+	_ auth.CachedAuthenticator = (*Store)(nil)
+	_ auth.ApplicationLocker   = (*Store)(nil)
+	_ audit.Writer             = (*Store)(nil)
 )
 
 // QueueNamespaces returns the namespace of every queue, keyed by queue id,

@@ -175,3 +175,58 @@ func TestAudit(t *testing.T) {
 		}
 	}
 }
+
+// TestC1_AuthenticateCached: a token's credential is read once and then
+// answered from the store's recent authentications, marked Cached; an
+// unknown token is never held, and a fresh read that finds the credential
+// revoked drops it.
+func TestC1_AuthenticateCached(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	c, token := f.credential(t, "cached", auth.PermTasksSubmit)
+	first, err := f.store.AuthenticateCached(t.Context(), "Bearer "+token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := f.store.AuthenticateCached(t.Context(), "Bearer "+token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Cached || !second.Cached || second.CredentialID != c.ID || !second.Can(auth.PermTasksSubmit) || !second.HasQueue(f.scope.QueueID) {
+		t.Fatalf("first %+v, second %+v; want a fresh read, then the same principal from the cache", first, second)
+	}
+	for range 2 {
+		if p, err := f.store.AuthenticateCached(t.Context(), "Bearer orbit_unknown"); p != nil || !errors.Is(err, auth.ErrUnauthenticated) {
+			t.Fatalf("unknown token: %+v, %v; want ErrUnauthenticated", p, err)
+		}
+	}
+	if err := f.store.CredentialRevoke(t.Context(), c.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := f.store.AuthenticateCached(t.Context(), "Bearer "+token); p != nil || !errors.Is(err, auth.ErrUnauthenticated) {
+		t.Errorf("revoked through this store: %+v, %v; want ErrUnauthenticated", p, err)
+	}
+	// Another node's store still holds it until its handler's grant check
+	// or a fresh read refuses it.
+	other := admin.NewStore(f.pool)
+	c2, token2 := f.credential(t, "elsewhere", auth.PermTasksSubmit)
+	if _, err := other.AuthenticateCached(t.Context(), "Bearer "+token2); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.CredentialRevoke(t.Context(), c2.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := other.AuthenticateCached(t.Context(), "Bearer "+token2); err != nil || !p.Cached {
+		t.Fatalf("revoked elsewhere: %+v, %v; want the cached principal", p, err)
+	}
+	denied, err := other.CheckGrants(t.Context(), f.pool, []auth.Grant{{CredentialID: c2.ID, Permission: auth.PermTasksSubmit, QueueID: f.scope.QueueID, What: "queue"}})
+	if err != nil || !errors.Is(denied[0], auth.ErrUnauthenticated) {
+		t.Fatalf("grant check of the revoked credential: %v, %v", denied, err)
+	}
+	if p, err := other.Authenticate(t.Context(), "Bearer "+token2); p != nil || !errors.Is(err, auth.ErrUnauthenticated) {
+		t.Fatalf("fresh read: %+v, %v", p, err)
+	}
+	if p, err := other.AuthenticateCached(t.Context(), "Bearer "+token2); p != nil || !errors.Is(err, auth.ErrUnauthenticated) {
+		t.Errorf("after a fresh read refused it: %+v, %v; want ErrUnauthenticated", p, err)
+	}
+}

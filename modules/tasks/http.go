@@ -31,7 +31,9 @@ const (
 
 func (m *Module) routes(r *mux.Router) {
 	a := m.auth
-	r.Handle("/v1/tasks", auth.Require(a, auth.PermTasksSubmit, http.HandlerFunc(m.submit))).Methods(http.MethodPost)
+	// A submission checks its grant again in its batch (recordSubmits), so
+	// its caller may be answered from the node's recent authentications.
+	r.Handle("/v1/tasks", auth.RequireCached(a, auth.PermTasksSubmit, http.HandlerFunc(m.submit))).Methods(http.MethodPost)
 	r.Handle("/v1/tasks", auth.Require(a, auth.PermTasksRead, http.HandlerFunc(m.list))).Methods(http.MethodGet)
 	r.Handle("/v1/tasks:batch", auth.Require(a, auth.PermTasksSubmit, http.HandlerFunc(m.submitBatch))).Methods(http.MethodPost)
 	r.Handle("/v1/tasks/{id}", auth.Require(a, auth.PermTasksRead, http.HandlerFunc(m.get))).Methods(http.MethodGet)
@@ -61,10 +63,22 @@ func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	var req submitRequest
 	var created *Task
+	var recheck *auth.Grant
 	item, ok := idem.Prepare(w, r, &req, httpx.ReadJSON, func(p *auth.Principal) (idem.Change, error) {
 		params, err := req.check(p)
+		if err != nil && p.Cached && req.QueueID != nil && !p.HasQueue(*req.QueueID) {
+			// The queue may have been granted since the cache read the
+			// credential.
+			if p, err = auth.AuthenticateRequest(r.Context(), m.auth, r.Header); err != nil {
+				return nil, err
+			}
+			params, err = req.check(p)
+		}
 		if err != nil {
 			return nil, err
+		}
+		if p.Cached {
+			recheck = &auth.Grant{CredentialID: p.CredentialID, Permission: auth.PermTasksSubmit, QueueID: params.QueueID, What: "queue"}
 		}
 		params.Trace = traceCtx
 		return m.stageTask(params, func(t *Task) { created = t }), nil
@@ -72,7 +86,7 @@ func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	receipt, err := m.submitTogether(r.Context(), item)
+	receipt, err := m.submitTogether(r.Context(), item, recheck)
 	if err != nil {
 		httpx.WriteError(w, r, err)
 		return

@@ -3,9 +3,11 @@ package tasks
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"net/http"
 	"time"
 
+	"github.com/orbitrun/orbit/internal/auth"
 	"github.com/orbitrun/orbit/internal/batch"
 	"github.com/orbitrun/orbit/internal/db"
 	"github.com/orbitrun/orbit/internal/idem"
@@ -37,7 +39,11 @@ const (
 type pendingSubmit struct {
 	item     idem.ScopedItem
 	deadline time.Time
-	done     chan submitAnswer
+	// recheck is the grant of a caller answered from the node's recent
+	// authentications (auth.Principal.Cached), checked before the write;
+	// nil when the caller was authenticated afresh.
+	recheck *auth.Grant
+	done    chan submitAnswer
 }
 
 type submitAnswer struct {
@@ -56,12 +62,12 @@ func (m *Module) newSubmitBatcher() *batch.Batcher[*pendingSubmit] {
 // had a transaction of its own (C-12): one that runs out rolls back, and
 // its submissions are answered UNAVAILABLE with nothing changed. A client
 // that goes away does not cancel it.
-func (m *Module) submitTogether(ctx context.Context, item idem.ScopedItem) (idem.ItemReceipt, error) {
+func (m *Module) submitTogether(ctx context.Context, item idem.ScopedItem, recheck *auth.Grant) (idem.ItemReceipt, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(submitTimeout)
 	}
-	p := &pendingSubmit{item: item, deadline: deadline, done: make(chan submitAnswer, 1)}
+	p := &pendingSubmit{item: item, deadline: deadline, recheck: recheck, done: make(chan submitAnswer, 1)}
 	m.submits.Submit(p)
 	a := <-p.done
 	if a.err == nil {
@@ -77,6 +83,7 @@ func (m *Module) submitTogether(ctx context.Context, item idem.ScopedItem) (idem
 // submissions. Each submission gets its round's outcome.
 func (m *Module) recordSubmits(requests []*pendingSubmit) {
 	type scopedKey struct{ credentialID, operation, key string }
+	requests = m.recheckSubmits(requests)
 	for len(requests) > 0 {
 		var round, rest []*pendingSubmit
 		seen := make(map[scopedKey]bool, len(requests))
@@ -111,6 +118,51 @@ func (m *Module) recordSubmits(requests []*pendingSubmit) {
 		}
 		requests = rest
 	}
+}
+
+// recheckSubmits checks, with one statement for the whole batch, the
+// grants of the submissions whose callers were answered from the node's
+// recent authentications, which a revocation or a removed grant may have
+// outdated. It answers those refused with the grant's error, as a fresh
+// authentication would have (401, 403 or 404), and returns the others.
+// The check reads after every submission of the batch arrived, so a change
+// committed before a submission arrived refuses it, as when each request
+// read its credential itself.
+func (m *Module) recheckSubmits(requests []*pendingSubmit) []*pendingSubmit {
+	var grants []auth.Grant
+	deadline := requests[0].deadline
+	for _, r := range requests {
+		if r.recheck != nil {
+			grants = append(grants, *r.recheck)
+			if r.deadline.Before(deadline) {
+				deadline = r.deadline
+			}
+		}
+	}
+	if len(grants) == 0 {
+		return requests
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	denied, err := m.store.grants.CheckGrants(ctx, m.store.pool(), grants)
+	cancel()
+	kept := requests[:0:0]
+	i := 0
+	for _, r := range requests {
+		if r.recheck == nil {
+			kept = append(kept, r)
+			continue
+		}
+		switch {
+		case err != nil:
+			r.done <- submitAnswer{err: fmt.Errorf("tasks: check grants: %w", err)}
+		case denied[i] != nil:
+			r.done <- submitAnswer{err: denied[i]}
+		default:
+			kept = append(kept, r)
+		}
+		i++
+	}
+	return kept
 }
 
 // stageTask is the change of one submission: its task is staged in tx, to
