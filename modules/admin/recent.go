@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"crypto/subtle"
 	"database/sql"
 	"sync"
 	"time"
@@ -33,7 +32,6 @@ type recentPrincipals struct {
 
 type recentPrincipal struct {
 	principal auth.Principal
-	digest    [32]byte
 	lastUsed  sql.NullTime
 	readAt    time.Time
 }
@@ -56,7 +54,7 @@ func (c *recentPrincipals) put(digest [32]byte, p *storedPrincipal, now time.Tim
 	if c.entries == nil || len(c.entries) >= recentMax {
 		c.entries = make(map[[32]byte]*recentPrincipal)
 	}
-	c.entries[digest] = &recentPrincipal{principal: p.principal, digest: digest, lastUsed: p.lastUsed, readAt: now}
+	c.entries[digest] = &recentPrincipal{principal: p.principal, lastUsed: p.lastUsed, readAt: now}
 }
 
 // forget drops the entry of digest.
@@ -77,7 +75,7 @@ func (c *recentPrincipals) forgetCredential(credentialID string) {
 	}
 }
 
-// used records that the credential of digest was recorded as used at.
+// used notes that the last_used_at of digest's credential was written at at.
 func (c *recentPrincipals) used(digest [32]byte, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -98,12 +96,10 @@ func (s *Store) AuthenticateCached(ctx context.Context, header string) (*auth.Pr
 	}
 	digest := auth.Digest(token)
 	now := time.Now()
+	// The digest is the key: only the token's holder can name an entry.
 	e, ok := s.recent.get(digest, now)
 	if !ok {
 		return s.authenticate(ctx, digest, now)
-	}
-	if subtle.ConstantTimeCompare(e.digest[:], digest[:]) != 1 {
-		return nil, auth.ErrUnauthenticated
 	}
 	touched, err := s.credentialTouch(ctx, e.principal.CredentialID, e.lastUsed)
 	if err != nil {
