@@ -179,10 +179,7 @@ func TestTBatch_RefusedWhole(t *testing.T) {
 			wantError(t, e.post(t, c, "/v1/tasks:batch", "", body), http.StatusBadRequest, string(httpx.CodeInvalidArgument))
 		})
 	}
-	var n int
-	if err := e.srv.DB.QueryRow(`SELECT COUNT(*) FROM tasks WHERE queue_id = ?`, c.QueueID).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	n := e.taskCount(t, c.QueueID)
 	if n != 0 {
 		t.Errorf("%d tasks after refused batches, want 0", n)
 	}
@@ -245,10 +242,7 @@ func TestTBatch_ConcurrentRepeatsCreateOnce(t *testing.T) {
 			t.Errorf("key %d created %d times", i, created)
 		}
 	}
-	var count int
-	if err := e.srv.DB.QueryRow(`SELECT COUNT(*) FROM tasks WHERE queue_id = ?`, c.QueueID).Scan(&count); err != nil {
-		t.Fatal(err)
-	}
+	count := e.taskCount(t, c.QueueID)
 	if count != n {
 		t.Errorf("%d tasks, want %d", count, n)
 	}

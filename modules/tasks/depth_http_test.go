@@ -38,10 +38,7 @@ func TestC8_InputNestedPastDepthLimitIsRefused(t *testing.T) {
 			t.Errorf("input of %d levels: message %q, want %q", levels, got, want)
 		}
 	}
-	var n int
-	if err := e.srv.DB.QueryRow(`SELECT COUNT(*) FROM tasks WHERE queue_id = ?`, c.QueueID).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	n := e.taskCount(t, c.QueueID)
 	if n != 0 {
 		t.Fatalf("%d tasks stored, want none", n)
 	}

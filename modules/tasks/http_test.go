@@ -59,6 +59,16 @@ func (e *env) cred(t *testing.T, queue string, perms ...string) servertest.Crede
 	return e.srv.Credential(t, servertest.CredentialParams{Queue: queue, Permissions: perms})
 }
 
+// taskCount returns how many tasks the queue holds.
+func (e *env) taskCount(t *testing.T, queueID string) int {
+	t.Helper()
+	var n int
+	if err := e.srv.DB.QueryRow(`SELECT COUNT(*) FROM tasks WHERE queue_id = ?`, queueID).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // newKey returns a fresh Idempotency-Key.
 func newKey() string { return "key-" + rand.Text() }
 

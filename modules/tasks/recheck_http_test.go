@@ -24,10 +24,7 @@ func TestC1_ASubmissionSeesACredentialChangeAtOnce(t *testing.T) {
 			r := e.post(t, c, "/v1/tasks", newKey(), submitBody(c.QueueID, `{"n":2}`))
 			wantError(t, r, map[string]int{"UNAUTHENTICATED": http.StatusUnauthorized,
 				"PERMISSION_DENIED": http.StatusForbidden, "NOT_FOUND": http.StatusNotFound}[change.Code], change.Code)
-			var count int
-			if err := e.srv.DB.QueryRow(`SELECT COUNT(*) FROM tasks WHERE queue_id = ?`, c.QueueID).Scan(&count); err != nil {
-				t.Fatal(err)
-			}
+			count := e.taskCount(t, c.QueueID)
 			if count != 1 {
 				t.Errorf("%d tasks in the queue, want the first submission's alone", count)
 			}

@@ -443,10 +443,7 @@ func TestT1_SubmitsArrivingTogetherAreEachTheirOwn(t *testing.T) {
 				t.Errorf("credential %d, key %d: created %d times, want 1", c, k, n)
 			}
 		}
-		var count int
-		if err := e.srv.DB.QueryRow(`SELECT COUNT(*) FROM tasks WHERE queue_id = ?`, creds[c].QueueID).Scan(&count); err != nil {
-			t.Fatal(err)
-		}
+		count := e.taskCount(t, creds[c].QueueID)
 		if count != keys {
 			t.Errorf("credential %d: %d tasks in its queue, want %d", c, count, keys)
 		}
