@@ -286,28 +286,53 @@ func require(a Authenticator, perm string, cached bool, next http.Handler) http.
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := sessionPrincipal(r.Context())
-		if p == nil {
-			var err error
-			if ca != nil {
-				p, err = authenticateRequest(r.Context(), r.Header, ca.AuthenticateCached)
-				if err == nil && p.Cached && perm != "" && !p.Can(perm) {
-					p, err = AuthenticateRequest(r.Context(), a, r.Header)
+		var err error
+		switch {
+		case p != nil:
+			err = permitted(p, perm)
+		case ca != nil:
+			p, err = authenticateRequest(r.Context(), r.Header, ca.AuthenticateCached)
+			if err == nil {
+				if err = permitted(p, perm); err != nil && p.Cached {
+					p, err = AuthorizeRequest(r.Context(), a, r.Header, perm)
 				}
-			} else {
-				p, err = AuthenticateRequest(r.Context(), a, r.Header)
 			}
-			if err != nil {
-				httpx.WriteError(w, r, err)
-				return
-			}
+		default:
+			p, err = AuthorizeRequest(r.Context(), a, r.Header, perm)
 		}
-		if perm != "" && !p.Can(perm) {
-			httpx.WriteError(w, r, httpx.Errorf(httpx.CodePermissionDenied, "credential lacks permission %s", perm))
+		if err != nil {
+			httpx.WriteError(w, r, err)
 			return
 		}
 		httpx.SetCredential(r, p.CredentialID)
 		next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
 	})
+}
+
+// AuthorizeRequest is AuthenticateRequest followed by Require's permission
+// check: the caller as its credential stands now, or the error Require
+// answers. A handler given a cached principal (RequireCached) calls it
+// before it refuses the request for any other reason, so that a caller
+// whose credential was revoked or lost perm meanwhile gets that answer
+// first, as it would have without the cache.
+func AuthorizeRequest(ctx context.Context, a Authenticator, h http.Header, perm string) (*Principal, error) {
+	p, err := AuthenticateRequest(ctx, a, h)
+	if err != nil {
+		return nil, err
+	}
+	if err := permitted(p, perm); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// permitted returns PERMISSION_DENIED unless p holds perm (or perm is
+// empty).
+func permitted(p *Principal, perm string) error {
+	if perm != "" && !p.Can(perm) {
+		return httpx.Errorf(httpx.CodePermissionDenied, "credential lacks permission %s", perm)
+	}
+	return nil
 }
 
 // ErrNotFound is what a caller gets for a resource outside its queue grants or

@@ -64,12 +64,33 @@ func (m *Module) submit(w http.ResponseWriter, r *http.Request) {
 	var req submitRequest
 	var created *Task
 	var recheck *auth.Grant
-	item, ok := idem.Prepare(w, r, &req, httpx.ReadJSON, func(p *auth.Principal) (idem.Change, error) {
+	// A caller answered from the node's recent authentications is refused
+	// only after its credential is read afresh: a revoked credential, or one
+	// that lost the permission, gets that answer whatever else is wrong
+	// with the request (C-1), and a queue granted since admits it.
+	fresh := func() (*auth.Principal, error) {
+		return auth.AuthorizeRequest(r.Context(), m.auth, r.Header, auth.PermTasksSubmit)
+	}
+	read := httpx.ReadJSON
+	if auth.FromContext(r.Context()).Cached {
+		read = func(r *http.Request, v any) ([]byte, error) {
+			raw, err := httpx.ReadJSON(r, v)
+			if err != nil {
+				if _, refused := fresh(); refused != nil {
+					return nil, refused
+				}
+			}
+			return raw, err
+		}
+	}
+	item, ok := idem.Prepare(w, r, &req, read, func(p *auth.Principal) (idem.Change, error) {
 		params, err := req.check(p)
-		if err != nil && p.Cached && req.QueueID != nil && !p.HasQueue(*req.QueueID) {
-			// The queue may have been granted since the cache read the
-			// credential.
-			if p, err = auth.AuthenticateRequest(r.Context(), m.auth, r.Header); err != nil {
+		if err == nil && p.Cached {
+			// The key, which Prepare takes next, may be refused too.
+			_, err = httpx.IdempotencyKey(r)
+		}
+		if err != nil && p.Cached {
+			if p, err = fresh(); err != nil {
 				return nil, err
 			}
 			params, err = req.check(p)
