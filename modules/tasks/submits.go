@@ -80,7 +80,9 @@ func (m *Module) submitTogether(ctx context.Context, item idem.ScopedItem, reche
 // a round takes each key once (a repeat of a key in the same batch goes in
 // a later round, where it finds the first's record) and at most
 // maxSubmitBytes of input, and ends by the earliest deadline of its
-// submissions. Each submission gets its round's outcome.
+// submissions. Each submission gets its round's outcome; those whose
+// callers came from the node's recent authentications have their grants
+// checked first (recheckSubmits).
 func (m *Module) recordSubmits(requests []*pendingSubmit) {
 	type scopedKey struct{ credentialID, operation, key string }
 	requests = m.recheckSubmits(requests)
@@ -130,11 +132,11 @@ func (m *Module) recordSubmits(requests []*pendingSubmit) {
 // read its credential itself.
 func (m *Module) recheckSubmits(requests []*pendingSubmit) []*pendingSubmit {
 	var grants []auth.Grant
-	deadline := requests[0].deadline
+	var deadline time.Time
 	for _, r := range requests {
 		if r.recheck != nil {
 			grants = append(grants, *r.recheck)
-			if r.deadline.Before(deadline) {
+			if deadline.IsZero() || r.deadline.Before(deadline) {
 				deadline = r.deadline
 			}
 		}
