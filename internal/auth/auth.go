@@ -266,7 +266,7 @@ func FromContext(ctx context.Context) *Principal {
 // principal in place of the Authorization header; the permission check is
 // the same.
 func Require(a Authenticator, perm string, next http.Handler) http.Handler {
-	return require(a, perm, false, next)
+	return require(a, nil, perm, next)
 }
 
 // RequireCached is Require for a handler that checks its caller's grants
@@ -276,14 +276,12 @@ func Require(a Authenticator, perm string, next http.Handler) http.Handler {
 // that lacks perm is read afresh, since the permission may have been
 // granted since.
 func RequireCached(a Authenticator, perm string, next http.Handler) http.Handler {
-	return require(a, perm, true, next)
+	ca, _ := a.(CachedAuthenticator)
+	return require(a, ca, perm, next)
 }
 
-func require(a Authenticator, perm string, cached bool, next http.Handler) http.Handler {
-	ca, _ := a.(CachedAuthenticator)
-	if !cached {
-		ca = nil
-	}
+// require is Require, answering from ca's cache when ca is not nil.
+func require(a Authenticator, ca CachedAuthenticator, perm string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := sessionPrincipal(r.Context())
 		var err error
