@@ -82,6 +82,9 @@ func queueNames() []string {
 	for i := range latencyQueues {
 		names = append(names, fmt.Sprintf("lat-%d", i))
 	}
+	for i := range submitQueues {
+		names = append(names, fmt.Sprintf("submit-%d", i))
+	}
 	return append(names, crossNodeResults, crossNodeTasksA, crossNodeTasksB)
 }
 

@@ -41,7 +41,7 @@ type options struct {
 }
 
 // rowNames are the row groups -only accepts.
-var rowNames = []string{"raw", "metrics", "drain", "nack", "rss", "live", "livebatch", "latency", "crossnode", "jetstream", "peer"}
+var rowNames = []string{"raw", "metrics", "drain", "nack", "rss", "live", "livebatch", "latency", "submit", "crossnode", "jetstream", "peer"}
 
 // runs reports whether the row group name is part of this run.
 func (o options) runs(name string) bool { return len(o.only) == 0 || o.only[name] }
@@ -109,6 +109,7 @@ type results struct {
 	liveBatch   *liveResult
 	jetstream   *jetstreamRun
 	latency     []latencyResult
+	submit      *submitResult
 	crossNode   *crossNodeResult
 	peerPub     *peerPublish
 	peer        []*peerResult
@@ -257,6 +258,16 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 		step("%s", r.crossNode.summary())
 		if len(o.only) > 0 {
 			fmt.Fprintf(os.Stderr, "%s\n", costLine(r.crossNode.Cost, int(r.crossNode.Committed)))
+		}
+	}
+	if o.runs("submit") {
+		step("HTTP submits: %d requests in flight, one task each, for %s", submitSenders, o.latencyDur)
+		if r.submit, err = runSubmit(ctx, e, o.latencyDur); err != nil {
+			return err
+		}
+		step("%s", r.submit.summary())
+		if len(o.only) > 0 {
+			fmt.Fprintf(os.Stderr, "%s\n%s\n", costLine(r.submit.Cost, int(r.submit.Accepted)), r.submit.DBSamples)
 		}
 	}
 	if len(o.only) > 0 && !o.runs("peer") {

@@ -36,7 +36,7 @@ const (
 	targetJetStreamFactor = 0.7
 	targetPeerFactor      = 2.0
 	targetP99             = 25 * time.Millisecond // at the fixed rate committed by the tasks store
-	targetHTTPRate        = 2000.0                // HTTP cancels accepted per second
+	targetHTTPRate        = 2000.0                // HTTP cancels or submits accepted per second
 	targetLowRate         = 100.0
 	targetLowP99          = 10 * time.Millisecond
 	targetCommits         = 2.0
@@ -119,6 +119,15 @@ func (r *results) table() string {
 			name, latencyQueues, latencySenders, consumerCapacity, ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max),
 			num(x.Level.Rate), num(x.Achieved), note, perItem(x.Cost, int(x.Committed)), cpu(x.Cost))
 	}
+	if x := r.submit; x != nil {
+		note := ""
+		if x.Errors > 0 {
+			note = fmt.Sprintf(" · %d errors", x.Errors)
+		}
+		fmt.Fprintf(w, "orbit HTTP submits accepted\t%d queues · %d requests in flight · 1 task per POST /v1/tasks · no workers\t%s tasks/s accepted (%s in %s%s); request p50 %s · p99 %s · max %s\t%s\t%s\n",
+			submitQueues, submitSenders, num(x.Rate), num(float64(x.Accepted)), r.opts.latencyDur, note, ms(x.P50), ms(x.P99), ms(x.Max),
+			perItem(x.Cost, int(x.Accepted)), cpu(x.Cost))
+	}
 	if x := r.crossNode; x != nil {
 		c50, c95, c99, cmax := x.Cross.percentiles()
 		s50, _, s99, _ := x.Same.percentiles()
@@ -163,6 +172,10 @@ func (r *results) table() string {
 		l.Tasks, liveQueues*liveSubmitters, num(l.SubmitRate), num(l.CommitRate))
 	fmt.Fprintf(&b, "- latency: each result is a PENDING task cancelled on a fixed schedule (open loop, results not started within the window are dropped) for %s per row, either by \"store commits\" (tasks.TaskCancel in its own transaction, one result per commit, then the node's wake-up, as the HTTP handler does: what the delivery path sees at the offered rate) or by \"HTTP cancels\" (POST /v1/tasks/{id}:cancel through the SDK client, whose own cost can cap the rate); latency = consumer handler start − event occurred_at (stamped inside the appending transaction just before COMMIT, so it includes the commit); one process, one clock\n",
 		r.opts.latencyDur)
+	if r.submit != nil {
+		fmt.Fprintf(&b, "- HTTP submits: %d SDK clients, each submitting one task per POST /v1/tasks (its own idempotency key) as soon as the previous was answered, for %s, round robin over %d queues that no worker serves; a task counts when its 201 arrived; request latency = SubmitTask call to its return\n",
+			submitSenders, r.opts.latencyDur, submitQueues)
+	}
 	if r.crossNode != nil {
 		fmt.Fprintf(&b, "- cross-node (N-2): a second Orbit server (node B) in this process with module instances and a database pool of its own, sharing nothing with node A but the database, as two orbit serve processes do; each phase offers %s/s for %s: first PENDING tasks of one queue cancelled through node A's HTTP API, each result consumed by one subscription on node B and one on node A (latency as above); then tasks submitted through node A, alternately to a queue served by one SDK worker on node B and one served on node A, latency = worker handler start − start of the submission; server defaults (events and workers poll %s)\n",
 			num(r.crossNode.Rate), r.opts.latencyDur, events.DefaultPollInterval)
@@ -343,6 +356,14 @@ func (r *results) targets() []target {
 			}
 			ts = append(ts, t)
 		}
+	}
+	if x := r.submit; x != nil {
+		t := target{what: fmt.Sprintf("HTTP submits accepted per second, %d requests in flight (one task per POST /v1/tasks)", submitSenders),
+			want: "≥ " + num(targetHTTPRate) + "/s", got: num(x.Rate) + "/s", met: x.Rate >= targetHTTPRate && x.Errors == 0}
+		if !t.met {
+			t.gap = fmt.Sprintf("%.0f %% of target; needs %.1f×", 100*x.Rate/targetHTTPRate, targetHTTPRate/x.Rate)
+		}
+		ts = append(ts, t)
 	}
 	if x := r.crossNode; x != nil {
 		_, _, p99, _ := x.Cross.percentiles()
