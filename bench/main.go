@@ -144,8 +144,9 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 	if err != nil {
 		return err
 	}
-	step("%s, innodb_flush_log_at_trx_commit=%s, sync_binlog=%s, log_bin=%s, %d cores, GC target %d %% (%s)",
-		e.settings.Version, e.settings.FlushLogAtTrxCommit, e.settings.SyncBinlog, e.settings.LogBin, e.settings.Cores,
+	step("%s, innodb_flush_log_at_trx_commit=%s, sync_binlog=%s, log_bin=%s, buffer pool %s, redo log %s, %d cores, GC target %d %% (%s)",
+		e.settings.Version, e.settings.FlushLogAtTrxCommit, e.settings.SyncBinlog, e.settings.LogBin,
+		mib(e.settings.BufferPool), mib(e.settings.RedoLog), e.settings.Cores,
 		e.settings.GCPercent, e.settings.GCPercentSource)
 
 	if o.runs("raw") {

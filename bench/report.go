@@ -49,8 +49,8 @@ const (
 func (r *results) table() string {
 	var b bytes.Buffer
 	s := r.settings
-	fmt.Fprintf(&b, "server: %s · innodb_flush_log_at_trx_commit=%s · sync_binlog=%s · log_bin=%s · %d cores · %s · Orbit DB pool %d connections · GC target %d %% (%s)\n",
-		s.Version, s.FlushLogAtTrxCommit, s.SyncBinlog, s.LogBin, s.Cores, s.GoVersion, s.OrbitPoolConns, s.GCPercent, s.GCPercentSource)
+	fmt.Fprintf(&b, "server: %s · innodb_flush_log_at_trx_commit=%s · sync_binlog=%s · log_bin=%s · buffer pool %s · redo log %s · %d cores · %s · Orbit DB pool %d connections · GC target %d %% (%s)\n",
+		s.Version, s.FlushLogAtTrxCommit, s.SyncBinlog, s.LogBin, mib(s.BufferPool), mib(s.RedoLog), s.Cores, s.GoVersion, s.OrbitPoolConns, s.GCPercent, s.GCPercentSource)
 	other := max(r.runCost.MachineCPU-r.runCost.SelfCPU-r.runCost.MysqldCPU, 0)
 	fmt.Fprintf(&b, "machine: load average %s at start, %s at end; other processes used %.0f %% CPU on average during the run (of %d %%)\n\n",
 		r.loadStart, r.loadEnd, cpuShare(other, r.runCost.Elapsed), 100*s.Cores)
