@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/orbitrun/orbit/internal/auth"
@@ -76,41 +77,27 @@ func (m *Module) submitTogether(ctx context.Context, item idem.ScopedItem, reche
 	return a.receipt, a.err
 }
 
-// recordSubmits records a batch of submissions, one transaction per round:
-// a round takes each key once (a repeat of a key in the same batch goes in
-// a later round, where it finds the first's record) and at most
-// maxSubmitBytes of input, and ends by the earliest deadline of its
-// submissions. Each submission gets its round's outcome; those whose
+// recordSubmits records a batch of submissions, one transaction per round
+// (submitKeys.take says what a round takes), each ending by the earliest
+// deadline of its submissions. Each submission gets its round's outcome; those whose
 // callers came from the node's recent authentications have their grants
 // checked first (recheckSubmits).
 func (m *Module) recordSubmits(requests []*pendingSubmit) {
-	type scopedKey struct{ credentialID, operation, key string }
 	requests = m.recheckSubmits(requests)
 	for len(requests) > 0 {
-		var round, rest []*pendingSubmit
-		seen := make(map[scopedKey]bool, len(requests))
-		size := 0
-		deadline := requests[0].deadline
-		for _, r := range requests {
-			k := scopedKey{r.item.CredentialID, r.item.Operation, r.item.Key}
-			if seen[k] || (len(round) > 0 && size+len(r.item.Body) > maxSubmitBytes) {
-				rest = append(rest, r)
-				continue
-			}
-			seen[k] = true
-			size += len(r.item.Body)
-			if r.deadline.Before(deadline) {
-				deadline = r.deadline
-			}
-			round = append(round, r)
-		}
+		round, rest := m.submitKeys.take(requests)
+		deadline := round[0].deadline
 		writes := make([]idem.ScopedItem, len(round))
 		for i, r := range round {
 			writes[i] = r.item
+			if r.deadline.Before(deadline) {
+				deadline = r.deadline
+			}
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		receipts, err := idem.DoScoped(ctx, m.store.pool(), writes, insertStagedTasks)
 		cancel()
+		m.submitKeys.release(round)
 		for i, r := range round {
 			a := submitAnswer{err: err}
 			if err == nil {
@@ -120,6 +107,75 @@ func (m *Module) recordSubmits(requests []*pendingSubmit) {
 		}
 		requests = rest
 	}
+}
+
+// submitKey is what an idempotency key is unique within, with the key.
+type submitKey struct{ credentialID, operation, key string }
+
+func keyOf(r *pendingSubmit) submitKey {
+	return submitKey{r.item.CredentialID, r.item.Operation, r.item.Key}
+}
+
+// submitKeys are the idempotency keys of the submit rounds being recorded
+// on a node. A round never takes a key that another round holds: two
+// transactions recording one key at once both find no record, and the
+// later one's insert fails on the earlier one's, which idem.DoScoped
+// retries only a few times before answering UNAVAILABLE. Rounds on other
+// nodes can still race; the retries are for them.
+type submitKeys struct {
+	mu    sync.Mutex
+	freed sync.Cond
+	held  map[submitKey]bool
+}
+
+func newSubmitKeys() *submitKeys {
+	k := &submitKeys{held: map[submitKey]bool{}}
+	k.freed.L = &k.mu
+	return k
+}
+
+// take picks the next round of requests and holds its keys: each key once
+// (a repeat goes in a later round, where it finds the first's record), no
+// key another round holds, and at most maxSubmitBytes of input. It returns
+// the round and the requests left for later ones; when every request's key
+// is held by another round, it waits for that round to end. A round holds
+// its keys only while it runs, and take waits holding none, so rounds never
+// wait for each other in a circle.
+func (k *submitKeys) take(requests []*pendingSubmit) (round, rest []*pendingSubmit) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for {
+		seen := make(map[submitKey]bool, len(requests))
+		size := 0
+		round, rest = nil, nil
+		for _, r := range requests {
+			key := keyOf(r)
+			if seen[key] || k.held[key] || (len(round) > 0 && size+len(r.item.Body) > maxSubmitBytes) {
+				rest = append(rest, r)
+				continue
+			}
+			seen[key] = true
+			size += len(r.item.Body)
+			round = append(round, r)
+		}
+		if len(round) > 0 {
+			for key := range seen {
+				k.held[key] = true
+			}
+			return round, rest
+		}
+		k.freed.Wait()
+	}
+}
+
+// release lets other rounds take the keys of round.
+func (k *submitKeys) release(round []*pendingSubmit) {
+	k.mu.Lock()
+	for _, r := range round {
+		delete(k.held, keyOf(r))
+	}
+	k.mu.Unlock()
+	k.freed.Broadcast()
 }
 
 // recheckSubmits checks, with one statement for the whole batch, the

@@ -69,6 +69,9 @@ type Module struct {
 	// submits records the submissions of POST /v1/tasks in shared
 	// transactions (group commit).
 	submits *batch.Batcher[*pendingSubmit]
+	// submitKeys keeps two rounds of submits from recording one key at
+	// once.
+	submitKeys *submitKeys
 
 	loops bg.Group
 }
@@ -134,6 +137,7 @@ func (m *Module) Provision(_ context.Context, env *modules.Env) error {
 	m.holds = modules.Offered[RetentionHold](env)
 	m.logger = env.Logger.With("module", "tasks")
 	m.tracer = tracing.NewTracer(env.Tracing, tracerName)
+	m.submitKeys = newSubmitKeys()
 	m.submits = m.newSubmitBatcher()
 	return nil
 }
