@@ -145,23 +145,20 @@ func (k *submitKeys) take(requests []*pendingSubmit) (round, rest []*pendingSubm
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for {
-		seen := make(map[submitKey]bool, len(requests))
 		size := 0
 		round, rest = nil, nil
 		for _, r := range requests {
+			// A key this round took is held too: its repeats wait.
 			key := keyOf(r)
-			if seen[key] || k.held[key] || (len(round) > 0 && size+len(r.item.Body) > maxSubmitBytes) {
+			if k.held[key] || (len(round) > 0 && size+len(r.item.Body) > maxSubmitBytes) {
 				rest = append(rest, r)
 				continue
 			}
-			seen[key] = true
+			k.held[key] = true
 			size += len(r.item.Body)
 			round = append(round, r)
 		}
 		if len(round) > 0 {
-			for key := range seen {
-				k.held[key] = true
-			}
 			return round, rest
 		}
 		k.freed.Wait()
