@@ -16,6 +16,7 @@ type eventMetrics struct {
 	ackSeconds     prometheus.Histogram
 	resultDelivery prometheus.Histogram
 	claimSeconds   prometheus.Histogram
+	claimWait      prometheus.Histogram
 }
 
 func newEventMetrics(reg *metrics.Registry, pool *claimPool) *eventMetrics {
@@ -30,6 +31,8 @@ func newEventMetrics(reg *metrics.Registry, pool *claimPool) *eventMetrics {
 			"Time from a result's commit to the first event.deliver of it to a subscription.", metrics.Seconds),
 		claimSeconds: reg.Histogram("claim_seconds",
 			"Duration of one claim (materialisation when polling, and the leasing transaction), after its slot in the claim pool.", metrics.Seconds),
+		claimWait: reg.Histogram("claim_wait_seconds",
+			"Time a claim waited for its slot in this node's claim pool (E-6: claims in flight, of one application and in all).", metrics.Seconds),
 	}
 }
 

@@ -513,12 +513,15 @@ func (s *session) signalFreed() {
 // materialising the subscription first. full reports that the
 // connection's capacity is taken (subscriptions.Module.DeliveryClaim).
 func (s *session) claim(ctx context.Context, app string, materialize bool) (leases []subscriptions.Lease, full bool, err error) {
+	asked := time.Now()
 	release, err := s.m.pool.acquire(ctx, app, s.subscription.ID)
 	if err != nil {
 		return nil, false, err
 	}
 	defer release()
-	defer func(start time.Time) { s.m.metrics.claimSeconds.Observe(time.Since(start).Seconds()) }(time.Now())
+	start := time.Now()
+	s.m.metrics.claimWait.Observe(start.Sub(asked).Seconds())
+	defer func() { s.m.metrics.claimSeconds.Observe(time.Since(start).Seconds()) }()
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
 	if materialize {

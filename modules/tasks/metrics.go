@@ -40,6 +40,7 @@ type taskMetrics struct {
 	submitted     *prometheus.CounterVec
 	results       *prometheus.CounterVec
 	leaseExpiries *prometheus.CounterVec
+	sequencing    prometheus.Histogram
 
 	tasks      *metrics.Snapshot
 	oldestAge  *metrics.Snapshot
@@ -56,6 +57,9 @@ func newTaskMetrics(reg *metrics.Registry, namespaces QueueNamespaces) *taskMetr
 			"queue", "namespace", "type"),
 		leaseExpiries: reg.CounterVec("task_lease_expiries_total",
 			"Task leases that ran out without a worker's completion and were recovered, by queue.", "queue", "namespace"),
+		sequencing: reg.Histogram("result_sequencing_seconds",
+			"Time a write that appended results waited after its commit for the sequencing pass that numbered them and made their deliveries.",
+			metrics.Seconds),
 		tasks: reg.Snapshot("tasks",
 			"Tasks in a live state (PENDING, RUNNING, NEEDS_REVIEW) by queue, at the last refresh; capped at 100000 per state.",
 			"queue", "namespace", "state"),
@@ -87,6 +91,14 @@ func (m *taskMetrics) appended(events ...*Event) {
 		if ev != nil && ev.Type != EventRequeued {
 			m.results.WithLabelValues(ev.queueID, ev.namespaceID, ev.Type).Inc()
 		}
+	}
+}
+
+// sequenced records how long a committed write waited for its results'
+// sequences.
+func (m *taskMetrics) sequenced(d time.Duration) {
+	if m != nil {
+		m.sequencing.Observe(d.Seconds())
 	}
 }
 

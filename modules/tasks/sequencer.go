@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/orbitrun/orbit/internal/db"
@@ -90,6 +91,21 @@ type sequencer struct {
 	// hooks run in every pass (OnSequenced). A round takes the slice as
 	// it is, so it is replaced, never changed in place.
 	hooks []*SequencedHook
+
+	// waited, when set, is told how long each committed write waited for
+	// the sequences of its events (observeWaits).
+	waited atomic.Pointer[func(time.Duration)]
+}
+
+// observeWaits makes every later write on this pool that appended events
+// report to fn how long, after its COMMIT, it waited for their sequences:
+// for a pass, with the deliveries its hooks make, to commit them. fn must
+// be fast and must not block. A pool has at most one such function, the
+// last one set; stop removes it unless another replaced it.
+func (q *sequencer) observeWaits(fn func(time.Duration)) (stop func()) {
+	p := &fn
+	q.waited.Store(p)
+	return func() { q.waited.CompareAndSwap(p, nil) }
 }
 
 // onSequenced adds a hook that every later pass of this pool runs, until
@@ -398,6 +414,7 @@ func sequenceAfterCommit(ctx context.Context, tx *sql.Tx, ev *Event, intakeID ui
 		staged := &stagedEvents{from: intakeID}
 		q := sequencerOf(db.Pool(tx))
 		db.OnCommit(tx, func() {
+			start := time.Now()
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sequenceTimeout)
 			defer cancel()
 			ids := make([]string, len(staged.events))
@@ -408,6 +425,9 @@ func sequenceAfterCommit(ctx context.Context, tx *sql.Tx, ev *Event, intakeID ui
 			if err != nil {
 				slog.Warn("result log: sequencing after a commit failed; the next pass takes its events", "events", len(ids), "err", err)
 				return
+			}
+			if observe := q.waited.Load(); observe != nil {
+				(*observe)(time.Since(start))
 			}
 			for _, ev := range staged.events {
 				ev.Sequence = httpx.Uint64(seqs[ev.ID])

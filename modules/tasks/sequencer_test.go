@@ -234,3 +234,42 @@ func TestT9_PassesRunTheHooksUntilRemoved(t *testing.T) {
 		t.Fatalf("kept hook saw %+v; want both passes, the second appending sequence 3 after 2", kept)
 	}
 }
+
+// TestT9_WritesReportTheirWaitForSequencing: a committed write that
+// appended results reports, once, how long it waited for their sequences,
+// to the last function set on its pool; a function replaced by another is
+// not removed by its own stop, and after the last stop nothing reports.
+func TestT9_WritesReportTheirWaitForSequencing(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	ctx := context.Background()
+	queue := f.queues[0]
+	var first, second []time.Duration
+	stopFirst := f.store.ObserveSequencing(func(d time.Duration) { first = append(first, d) })
+	cancel := func(n int) {
+		t.Helper()
+		ids := f.submit(t, queue, n, false, 1)
+		if err := db.Tx(ctx, f.db, func(tx *sql.Tx) error {
+			for _, id := range ids {
+				if _, _, err := TaskCancel(ctx, tx, id, ""); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel(3)
+	stopSecond := f.store.ObserveSequencing(func(d time.Duration) { second = append(second, d) })
+	stopFirst()
+	cancel(1)
+	stopSecond()
+	cancel(1)
+	if len(first) != 1 || first[0] <= 0 {
+		t.Fatalf("first observer saw %v; want one positive wait, for the write of 3 results", first)
+	}
+	if len(second) != 1 || second[0] <= 0 {
+		t.Fatalf("second observer saw %v; want one positive wait: the first's stop must not remove it, its own must", second)
+	}
+}

@@ -81,6 +81,16 @@ func (s *Store) Appended() <-chan struct{} { return s.seq.appended.C() }
 // passes of the servers that follow it on the pool would still run it.
 func (s *Store) OnSequenced(h SequencedHook) (remove func()) { return s.seq.onSequenced(h) }
 
+// ObserveSequencing makes every later write on the store's pool that
+// appended results, whichever store made it, report to fn how long it
+// waited after its COMMIT for their sequences (the sequencing pass that
+// numbers them and makes their deliveries), until stop is called. A pool
+// has one such function, the last one set; fn must be fast and must not
+// block.
+func (s *Store) ObserveSequencing(fn func(time.Duration)) (stop func()) {
+	return s.seq.observeWaits(fn)
+}
+
 // Submitted returns a channel closed after the next commit on this node
 // that may have made a task of any queue PENDING (requeued, released,
 // reviewed), or when another node announced one. A worker connection waits

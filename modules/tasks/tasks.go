@@ -73,6 +73,9 @@ type Module struct {
 	// once.
 	submitKeys *submitKeys
 
+	// stopObserving ends the timing of sequencing waits for the metrics.
+	stopObserving func()
+
 	loops bg.Group
 }
 
@@ -149,16 +152,23 @@ func (m *Module) Store() *Store { return m.store }
 // Routes mounts the task endpoints.
 func (m *Module) Routes(r *mux.Router) { m.routes(r) }
 
-// Start runs the lease sweeper and the retention sweeper until Stop.
+// Start runs the lease sweeper and the retention sweeper until Stop, and
+// times the writes' waits for sequencing on the node's pool for the
+// metrics (orbit_result_sequencing_seconds).
 func (m *Module) Start(context.Context) error {
+	m.stopObserving = m.store.ObserveSequencing(m.store.metrics.sequenced)
 	m.loops.Go(func(ctx context.Context) { bg.Every(ctx, m.cfg.SweepInterval, m.sweepLeases) })
 	m.loops.Go(func(ctx context.Context) { bg.Every(ctx, m.cfg.SweepInterval, m.sweepIntake) })
 	m.loops.Go(func(ctx context.Context) { bg.Every(ctx, m.cfg.RetentionInterval, m.sweepRetention) })
 	return nil
 }
 
-// Stop stops the sweepers and waits for them, bounded by ctx.
+// Stop stops the timing and the sweepers and waits for them, bounded by
+// ctx.
 func (m *Module) Stop(ctx context.Context) error {
+	if m.stopObserving != nil {
+		m.stopObserving()
+	}
 	if err := m.loops.Stop(ctx); err != nil {
 		return fmt.Errorf("tasks: stop: %w", err)
 	}

@@ -257,12 +257,17 @@ func TestO2_WorkloadMetrics(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ family, label, value string }{
-		{"orbit_claim_seconds", "", ""}, {"orbit_http_request_seconds", "route", "/v1/tasks"},
+		{"orbit_claim_seconds", "", ""}, {"orbit_claim_wait_seconds", "", ""}, {"orbit_result_sequencing_seconds", "", ""},
+		{"orbit_http_request_seconds", "route", "/v1/tasks"},
 		{"orbit_db_transactions_total", "outcome", "commit"}, {"orbit_metrics_refresh_queries", "", ""},
 	} {
 		if got := after.value(c.family, c.label, c.value); got <= 0 {
 			t.Errorf("%s{%s=%q} = %v, want > 0", c.family, c.label, c.value, got)
 		}
+	}
+	// Every claim that ran waited for its slot first.
+	if waits, claims := after.value("orbit_claim_wait_seconds"), after.value("orbit_claim_seconds"); waits < claims {
+		t.Errorf("orbit_claim_wait_seconds counts %v claims, orbit_claim_seconds %v: want at least as many waits", waits, claims)
 	}
 	if got := after.value("orbit_db_transactions_total", "outcome", "commit_unknown"); got != 0 {
 		t.Errorf("commit_unknown = %v, want 0", got)
