@@ -52,6 +52,7 @@ type latencyResult struct {
 	Max           time.Duration
 	Cost          cost
 	DBSamples     string // statements found executing in the database
+	Steps         string // the server's histograms of a result's steps (stepsLine)
 }
 
 // runLatency offers results at each level's rate for dur: it cancels
@@ -123,6 +124,10 @@ func runLatency(ctx context.Context, e *env, levels []loadLevel, dur time.Durati
 		if err != nil {
 			return nil, err
 		}
+		stepsBefore, err := e.stepHistograms()
+		if err != nil {
+			return nil, err
+		}
 		offer := func(ctx context.Context, id string) error {
 			_, err := client.CancelTask(ctx, id, "lat-"+id, orbit.CancelTaskRequest{})
 			return err
@@ -183,6 +188,11 @@ func runLatency(ctx context.Context, e *env, levels []loadLevel, dur time.Durati
 		if err != nil {
 			return nil, err
 		}
+		stepsAfter, err := e.stepHistograms()
+		if err != nil {
+			return nil, err
+		}
+		r.Steps = stepsLine(stepsBefore, stepsAfter)
 		r.Cost = before.to(after)
 		r.Received = int(lats[li].n.Load())
 		r.Duplicates = lats[li].dups.Load()

@@ -245,7 +245,7 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 		if r.latency, err = runLatency(ctx, e, levels, o.latencyDur, func(x latencyResult) {
 			step("%s", x.summary())
 			if len(o.only) > 0 {
-				fmt.Fprintf(os.Stderr, "%s\n%s\n", costLine(x.Cost, int(x.Committed)), x.DBSamples)
+				fmt.Fprintf(os.Stderr, "%s\nserver steps: %s\n%s\n", costLine(x.Cost, int(x.Committed)), x.Steps, x.DBSamples)
 			}
 		}); err != nil {
 			return err

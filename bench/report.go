@@ -433,6 +433,10 @@ func (r *results) markdown(table string) string {
 	fmt.Fprintf(&b, "- ACKs confirmed in each full second of the drain: %s.\n", perSecond(full))
 	fmt.Fprintf(&b, "- consumer counters: delivered %s, acked %s, lease lost %d, reconnects %d, handler errors %d.\n",
 		num(float64(d.Stats.Delivered)), num(float64(d.Stats.Acked)), d.Stats.LeaseLost, d.Stats.Reconnects, d.Stats.HandlerErrors)
+	fmt.Fprintf(&b, "\nWhere a result's time goes in the latency rows, from the server's own histograms (docs/operations.md: the sequencing pass, the wait for a claim slot, the claim, and commit to first `event.deliver`), p50 and p99 interpolated within their buckets (1, 2.5, 5, 10, 25, 50, 100 ms …) as Prometheus' `histogram_quantile` does, observations in brackets:\n\n")
+	for _, l := range r.latency {
+		fmt.Fprintf(&b, "- %s/s (%s): %s.\n", num(l.Level.Rate), l.Level.producer(), l.Steps)
+	}
 	fmt.Fprintf(&b, "\nStatements executing in the database during the drain, sampled every %d ms from information_schema.PROCESSLIST (thread state `Commit` is a COMMIT waiting for its redo-log write and fsync; a connection between two statements, waiting for its client, is not counted):\n\n```text\n%s\n```\n", sampleEvery.Milliseconds(), d.DBSamples)
 	fmt.Fprintf(&b, "\nThe same sampling during the live row (submissions, leases, completions, deliveries and ACKs together):\n\n```text\n%s\n```\n", r.live.DBSamples)
 	fmt.Fprintf(&b, "\nCPU profile of the drain (this process: Orbit server and consumers; `go tool pprof -top`):\n\n```text\n%s\n```\n", d.ProfileTop)
