@@ -85,6 +85,24 @@ func (f *fixture) submit(t *testing.T, queue string, n int, idempotent bool, max
 	return ids
 }
 
+// cancelTogether submits n PENDING tasks on queue and cancels them all in
+// one transaction: one write that appends n results.
+func (f *fixture) cancelTogether(t *testing.T, queue string, n int) {
+	t.Helper()
+	ids := f.submit(t, queue, n, false, 1)
+	ctx := context.Background()
+	if err := db.Tx(ctx, f.db, func(tx *sql.Tx) error {
+		for _, id := range ids {
+			if _, _, err := TaskCancel(ctx, tx, id, ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // readLog follows a queue's log the way a subscriber does, asking for events
 // after the last sequence it saw, until it has seen want events or stop is
 // closed. It fails the test on any gap or reordering.

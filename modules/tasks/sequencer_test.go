@@ -205,28 +205,13 @@ func TestT8_ReadingATaskWaitsForItsEventsSequence(t *testing.T) {
 func TestT9_PassesRunTheHooksUntilRemoved(t *testing.T) {
 	t.Parallel()
 	f := setup(t, 1)
-	ctx := context.Background()
 	queue := f.queues[0]
 	var kept, removed []Appended
 	f.store.OnSequenced(func(_ context.Context, _ *sql.Tx, a []Appended) error { kept = append(kept, a...); return nil })
 	remove := f.store.OnSequenced(func(_ context.Context, _ *sql.Tx, a []Appended) error { removed = append(removed, a...); return nil })
-	cancel := func(n int) {
-		t.Helper()
-		ids := f.submit(t, queue, n, false, 1)
-		if err := db.Tx(ctx, f.db, func(tx *sql.Tx) error {
-			for _, id := range ids {
-				if _, _, err := TaskCancel(ctx, tx, id, ""); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cancel(2)
+	f.cancelTogether(t, queue, 2)
 	remove()
-	cancel(1)
+	f.cancelTogether(t, queue, 1)
 	if len(removed) != 1 || removed[0].QueueID != queue || removed[0].From != 0 || len(removed[0].Events) != 2 {
 		t.Fatalf("removed hook saw %+v; want the first pass only: 2 events after 0", removed)
 	}
@@ -242,30 +227,15 @@ func TestT9_PassesRunTheHooksUntilRemoved(t *testing.T) {
 func TestT9_WritesReportTheirWaitForSequencing(t *testing.T) {
 	t.Parallel()
 	f := setup(t, 1)
-	ctx := context.Background()
 	queue := f.queues[0]
 	var first, second []time.Duration
 	stopFirst := f.store.ObserveSequencing(func(d time.Duration) { first = append(first, d) })
-	cancel := func(n int) {
-		t.Helper()
-		ids := f.submit(t, queue, n, false, 1)
-		if err := db.Tx(ctx, f.db, func(tx *sql.Tx) error {
-			for _, id := range ids {
-				if _, _, err := TaskCancel(ctx, tx, id, ""); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cancel(3)
+	f.cancelTogether(t, queue, 3)
 	stopSecond := f.store.ObserveSequencing(func(d time.Duration) { second = append(second, d) })
 	stopFirst()
-	cancel(1)
+	f.cancelTogether(t, queue, 1)
 	stopSecond()
-	cancel(1)
+	f.cancelTogether(t, queue, 1)
 	if len(first) != 1 || first[0] <= 0 {
 		t.Fatalf("first observer saw %v; want one positive wait, for the write of 3 results", first)
 	}
