@@ -58,7 +58,7 @@ func newTaskMetrics(reg *metrics.Registry, namespaces QueueNamespaces) *taskMetr
 		leaseExpiries: reg.CounterVec("task_lease_expiries_total",
 			"Task leases that ran out without a worker's completion and were recovered, by queue.", "queue", "namespace"),
 		sequencing: reg.Histogram("result_sequencing_seconds",
-			"Time a write that appended results waited after its commit for the sequencing pass that numbered them and made their deliveries.",
+			"Time a write that appended events to a result log waited after its commit for the sequencing pass that numbered them and made their deliveries.",
 			metrics.Seconds),
 		tasks: reg.Snapshot("tasks",
 			"Tasks in a live state (PENDING, RUNNING, NEEDS_REVIEW) by queue, at the last refresh; capped at 100000 per state.",
@@ -94,7 +94,7 @@ func (m *taskMetrics) appended(events ...*Event) {
 	}
 }
 
-// sequenced records how long a committed write waited for its results'
+// sequenced records how long a committed write waited for its events'
 // sequences.
 func (m *taskMetrics) sequenced(d time.Duration) {
 	if m != nil {
