@@ -82,8 +82,8 @@ func (s *Store) Appended() <-chan struct{} { return s.seq.appended.C() }
 func (s *Store) OnSequenced(h SequencedHook) (remove func()) { return s.seq.onSequenced(h) }
 
 // ObserveSequencing makes every later write on the store's pool that
-// appended results, whichever store made it, report to fn how long it
-// waited after its COMMIT for their sequences (the sequencing pass that
+// appended events to a result log, whichever store made it, report to fn
+// how long it waited after its COMMIT for their sequences (the sequencing pass that
 // numbers them and makes their deliveries), until stop is called. A pool
 // has one such function, the last one set; fn must be fast and must not
 // block.
