@@ -41,7 +41,7 @@ type options struct {
 }
 
 // rowNames are the row groups -only accepts.
-var rowNames = []string{"raw", "metrics", "drain", "nack", "rss", "live", "livebatch", "latency", "submit", "crossnode", "jetstream", "peer"}
+var rowNames = []string{"raw", "metrics", "drain", "floor", "nack", "rss", "live", "livebatch", "latency", "submit", "crossnode", "jetstream", "peer"}
 
 // runs reports whether the row group name is part of this run.
 func (o options) runs(name string) bool { return len(o.only) == 0 || o.only[name] }
@@ -102,7 +102,8 @@ type results struct {
 	drain    *drainResult
 	// drainTraced is the same drain with the server's tracing exporter on.
 	drainTraced *drainResult
-	nack        *drainResult // the drain with every event NACKed once
+	floor       []*floorResult // the drain's SQL alone, claims one at a time and in parallel
+	nack        *drainResult   // the drain with every event NACKed once
 	rss         *rssResult
 	metrics     *metricsResult
 	live        *liveResult
@@ -186,6 +187,20 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 		step("%s", r.drainTraced.summary())
 		if len(o.only) > 0 {
 			fmt.Fprintf(os.Stderr, "%s\n%s\n", costLine(r.drainTraced.Cost, r.drainTraced.Events), r.drainTraced.ProfileTop)
+		}
+	}
+	if o.runs("floor") {
+		for _, parallel := range []bool{false, true} {
+			step("schema floor: the drain's own SQL alone on copies of its tables, %d events, %d consumers, claims in parallel %t", o.drainEvents, drainConsumers, parallel)
+			f, err := runFloor(ctx, e, o.drainEvents, parallel)
+			if err != nil {
+				return err
+			}
+			r.floor = append(r.floor, f)
+			step("%s", f.summary())
+			if len(o.only) > 0 {
+				fmt.Fprintf(os.Stderr, "%s\n%s\n", costLine(f.Cost, f.Events), rowWorkLine(f.Cost, f.Events))
+			}
 		}
 	}
 	if o.runs("jetstream") {

@@ -72,6 +72,11 @@ func (r *results) table() string {
 		fmt.Fprintf(w, "orbit backlog drain, tracing on\tthe same log again · a new sub from 0 · OTLP/HTTP exporter, every trace sampled\t%s delivered+ACKed/s (%.0f %% of tracing off); %s OTLP export requests, %s KiB sent\t%s\t%s\n",
 			num(dt.Rate), 100*dt.Rate/d.Rate, num(float64(dt.Exports)), num(float64(dt.ExportBytes)/1024), perItem(dt.Cost, dt.Events), cpu(dt.Cost))
 	}
+	for _, f := range r.floor {
+		fmt.Fprintf(w, "%s\t%s events · copies of event_deliveries and delivery_acks · %d consumers × cap %d · no server\t%s delivered+ACKed/s (Orbit's drain above: %.2f× of it); CPU %s µs per event; %s claims, %s ACK transactions, %s refills\t%s\t%s\n",
+			f.name(), num(float64(f.Events)), drainConsumers, consumerCapacity, num(f.Rate), d.Rate/f.Rate, num(float64(f.CPUPerEvent().Microseconds())),
+			num(float64(f.Claims)), num(float64(f.AckTxs)), num(float64(f.Refills)), perItem(f.Cost, f.Events), cpu(f.Cost))
+	}
 	if j := r.jetstream; j != nil {
 		for _, x := range j.Drains {
 			fmt.Fprintf(w, "NATS JetStream drain (%s), fetch %d\t%s messages in stream · file store · 1 pull consumer · AckSync per message\t%s delivered+AckSync/s (Orbit's drain above: %.2f× of it)\t\t\n",
@@ -167,6 +172,10 @@ func (r *results) table() string {
 		config.DefaultMetricsRefreshInterval, scrapeInterval, metricsRefreshes, metricsQueues, metricsSubscriptions, metricsResults, metricsPending)
 	fmt.Fprintf(&b, "- drain: results are task.cancelled events appended with the tasks store (TaskInsert + TaskCancel, %d per transaction, %d writers): %s appended at %s/s before the clock starts; clock from subscription creation to the last confirmed ACK\n",
 		prefillTx, prefillWorkers, num(float64(d.Events)), num(d.PrefillRate))
+	if len(r.floor) > 0 {
+		fmt.Fprintf(&b, "- schema floor: the drain's own statements and nothing else, on copies of event_deliveries and delivery_acks (CREATE TABLE … LIKE: the same columns and indexes) in a database of their own, from the drain's log, by %d goroutines of this process with %d slots each: refills of the backlog (the log scan with the tasks store's statement, one multi-row INSERT, the cursor's UPDATE) whenever an eighth of max_pending %d is free, claims whenever an eighth of a consumer's slots is free (SKIP LOCKED pick above the consumer's last sequence, one UPDATE that leases with a secret digest per row, the events read with the tasks store's statement), and ACKs group-committed as the server's (batches of up to %d, %d transactions at once: lock in primary-key order, proof checked in constant time, one UPDATE, one multi-row INSERT of audit records); no HTTP, WebSocket, frames, session rows, grant checks or backlog counts. The backlog is counted in the process, which one node alone can do. \"claims one at a time\" serialises the claims as E-6's default does for one application\n",
+			drainConsumers, consumerCapacity, drainMaxPending, floorAckBatch, floorAckFlush)
+	}
 	fmt.Fprintf(&b, "- tracing: every drained task carries a sampled W3C trace context (as from a traced producer), so every event.deliver carries one, read with the event (a join on the task) and parsed by the SDK consumer; \"tracing off\" is the default server (no tracing.otlp_endpoint: no tracer provider, no span), \"tracing on\" a server restarted with tracing.otlp_endpoint set to a local sink that discards what it receives, sample_ratio 1: one event.deliver span per delivery, batched and exported with OTLP/HTTP; the consumers' global tracer provider is OpenTelemetry's no-op\n")
 	fmt.Fprintf(&b, "- live: %d tasks submitted with the SDK client (1 task per request, %d goroutines), completed by SDK workers (handler returns at once), delivered to SDK consumers (no-op handler); clock from the first submission to the last confirmed ACK; submissions ran at %s/s; results were committed at %s/s (first submission → last result in the log)\n",
 		l.Tasks, liveQueues*liveSubmitters, num(l.SubmitRate), num(l.CommitRate))
@@ -241,6 +250,11 @@ func rowWorkLine(c cost, items int) string {
 func cpu(c cost) string {
 	other := max(c.MachineCPU-c.SelfCPU-c.MysqldCPU, 0)
 	return fmt.Sprintf("%.0f · %.0f · %.0f %%", cpuShare(c.SelfCPU, c.Elapsed), cpuShare(c.MysqldCPU, c.Elapsed), cpuShare(other, c.Elapsed))
+}
+
+// perEvent is CPU time per event in microseconds.
+func perEvent(d time.Duration, events int) float64 {
+	return float64(d.Microseconds()) / float64(events)
 }
 
 // num formats a count or rate with thousands separators, no decimals.
@@ -426,6 +440,11 @@ func (r *results) markdown(table string) string {
 		num(float64((d.Cost.SelfCPU+d.Cost.MysqldCPU).Microseconds())/float64(d.Events)),
 		num(float64((perCommit.Cost.SelfCPU+perCommit.Cost.MysqldCPU).Microseconds())/float64(perCommit.Commits)), perCommit.Conns,
 		num(float64(r.settings.Cores)*1e6/(float64((d.Cost.SelfCPU+d.Cost.MysqldCPU).Microseconds())/float64(d.Events))))
+	for _, f := range r.floor {
+		fmt.Fprintf(&b, "- %s: %s µs of CPU per event (this process %s µs, mysqld %s µs) at %s events/s, against Orbit's drain: %s µs (bench process %s µs, mysqld %s µs) at %s/s.\n",
+			f.name(), num(float64(f.CPUPerEvent().Microseconds())), num(perEvent(f.Cost.SelfCPU, f.Events)), num(perEvent(f.Cost.MysqldCPU, f.Events)), num(f.Rate),
+			num(perEvent(d.Cost.SelfCPU+d.Cost.MysqldCPU, d.Events)), num(perEvent(d.Cost.SelfCPU, d.Events)), num(perEvent(d.Cost.MysqldCPU, d.Events)), num(d.Rate))
+	}
 	full := d.PerSecond
 	if len(full) > 1 {
 		full = full[:len(full)-1] // the last second is partial
@@ -492,6 +511,24 @@ func (d *drainResult) summary() string {
 	return fmt.Sprintf("drain: %s results appended in %s (%s/s); drained in %s: %s delivered+ACKed/s, %.2f commits/event",
 		num(float64(d.Events)), d.Prefill.Round(time.Millisecond), num(d.PrefillRate), d.Elapsed.Round(time.Millisecond),
 		num(d.Rate), float64(d.Cost.ComCommit)/float64(d.Events))
+}
+
+// name is the floor's row name.
+func (f *floorResult) name() string {
+	if f.ParallelClaims {
+		return "schema floor, claims in parallel"
+	}
+	return "schema floor, claims one at a time (E-6)"
+}
+
+// CPUPerEvent is the CPU of this process and mysqld per delivered event.
+func (f *floorResult) CPUPerEvent() time.Duration {
+	return (f.Cost.SelfCPU + f.Cost.MysqldCPU) / time.Duration(f.Events)
+}
+
+func (f *floorResult) summary() string {
+	return fmt.Sprintf("%s: %s events delivered+ACKed in %s: %s/s, CPU %s µs per event; %s claims, %s ACK transactions, %s refills",
+		f.name(), num(float64(f.Events)), f.Elapsed.Round(time.Millisecond), num(f.Rate), num(float64(f.CPUPerEvent().Microseconds())), num(float64(f.Claims)), num(float64(f.AckTxs)), num(float64(f.Refills)))
 }
 
 func (x *rssResult) summary() string {
