@@ -10,6 +10,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json"
@@ -135,6 +136,11 @@ func tooLarge(what string) *Error {
 	return Errorf(CodeInvalidArgument, "%s exceeds %d bytes", what, MaxBodyBytes)
 }
 
+var (
+	decoders    = sync.Pool{New: func() any { return new(jsontext.Decoder) }}
+	emptyReader = bytes.NewReader(nil)
+)
+
 // decodeJSON applies the rules of C-8 to b; what names b in messages.
 func decodeJSON(b []byte, dst any, what string) error {
 	if v := reflect.ValueOf(dst); v.Kind() != reflect.Pointer || v.IsNil() {
@@ -153,7 +159,15 @@ func decodeJSON(b []byte, dst any, what string) error {
 	if at := depthExceeded(b, MaxJSONDepth); at >= 0 {
 		return Errorf(CodeInvalidArgument, "%s nests objects and arrays deeper than %d levels (at byte %d)", what, MaxJSONDepth, at)
 	}
-	dec := jsontext.NewDecoder(bytes.NewReader(b), decodeOptions)
+	// A decoder reads b in place (a bytes.Buffer is not copied) and comes
+	// from a pool: building one per message cost more than decoding a
+	// small one.
+	dec := decoders.Get().(*jsontext.Decoder)
+	defer func() {
+		dec.Reset(emptyReader) // drop b
+		decoders.Put(dec)
+	}()
+	dec.Reset(bytes.NewBuffer(b), decodeOptions)
 	if err := json.UnmarshalDecode(dec, dst, decodeOptions); err != nil {
 		return decodeError(err, b, what)
 	}
