@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/go-json-experiment/json"
@@ -209,6 +210,52 @@ func TestC8_DecodedValues(t *testing.T) {
 	}
 	if got, want := string(dst.Input), `{"b": 1.50, "a":[true]}`; got != want {
 		t.Errorf("Input = %s, want %s", got, want)
+	}
+}
+
+// TestC8_DecodesShareNothing: decoders are reused from one input to the
+// next; an input refused halfway leaves nothing behind for the next, and
+// inputs decoded at once do not see each other.
+func TestC8_DecodesShareNothing(t *testing.T) {
+	t.Parallel()
+	inputs := []struct {
+		body, message string
+	}{
+		{`{"name":"a","inner":{"a":1,"a":2}}`, `duplicate field "inner.a"`},
+		{`{"name":"a","items":[{"a":1}`, `message is truncated JSON`},
+		{`{"name":"a","unknown":1}`, `unknown field "unknown"`},
+		{`{"name":"a"} {}`, `message has data after the JSON object`},
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				in := inputs[(g+i)%len(inputs)]
+				var bad testRequest
+				var e *Error
+				if err := DecodeJSONBytes([]byte(in.body), &bad); !errors.As(err, &e) || e.Message != in.message {
+					errs <- fmt.Errorf("%s: error %v, want %q", in.body, err, in.message)
+					return
+				}
+				name := fmt.Sprintf("n%d-%d", g, i)
+				var good testRequest
+				body := `{"name":"` + name + `","count":` + fmt.Sprint(i) + `,"input":{"g":` + fmt.Sprint(g) + `}}`
+				if err := DecodeJSONBytes([]byte(body), &good); err != nil {
+					errs <- fmt.Errorf("%s: %v", body, err)
+					return
+				}
+				if good.Name == nil || *good.Name != name || good.Count != i || string(good.Input) != `{"g":`+fmt.Sprint(g)+`}` {
+					errs <- fmt.Errorf("%s decoded as %+v", body, good)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
 
