@@ -99,7 +99,9 @@ type results struct {
 	settings serverSettings
 	opts     options
 	raw      []rawResult
-	drain    *drainResult
+	// statements is what a statement and a round trip cost (the raw group).
+	statements []statementCostResult
+	drain      *drainResult
 	// drainTraced is the same drain with the server's tracing exporter on.
 	drainTraced *drainResult
 	floor       []*floorResult // the drain's SQL alone, claims one at a time and in parallel
@@ -156,6 +158,13 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 			return err
 		}
 		for _, x := range r.raw {
+			step("%s", x.summary())
+		}
+		step("statement costs: %d connections, %s each", statementCostConns, o.rawDur/2)
+		if r.statements, err = runStatementCosts(ctx, e, o.rawDur/2); err != nil {
+			return err
+		}
+		for _, x := range r.statements {
 			step("%s", x.summary())
 		}
 	}

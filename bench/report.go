@@ -457,6 +457,19 @@ func (r *results) markdown(table string) string {
 	fmt.Fprintf(&b, "- ACKs confirmed in each full second of the drain: %s.\n", perSecond(full))
 	fmt.Fprintf(&b, "- consumer counters: delivered %s, acked %s, lease lost %d, reconnects %d, handler errors %d.\n",
 		num(float64(d.Stats.Delivered)), num(float64(d.Stats.Acked)), d.Stats.LeaseLost, d.Stats.Reconnects, d.Stats.HandlerErrors)
+	if len(r.statements) > 0 {
+		fmt.Fprintf(&b, "\n### What a statement costs on this machine\n\n")
+		fmt.Fprintf(&b, "%d connections, %s per row, each connection on rows of its own in a table of 64 rows; the rows' connector lets one call carry several statements, so that the same statements can be sent in one round trip (Orbit's connector never does). CPU in µs per operation.\n\n", statementCostConns, (r.opts.rawDur / 2).String())
+		fmt.Fprintf(&b, "| operation | statements · round trips | operations/s | mysqld | mysqld per statement | this process |\n| --- | --- | --- | --- | --- | --- |\n")
+		for _, x := range r.statements {
+			fmt.Fprintf(&b, "| %s | %d · %d | %s | %s | %s | %s |\n", x.Name, x.Statements, x.RoundTrips,
+				num(float64(x.Ops)/x.Cost.Elapsed.Seconds()), num(perEvent(x.Cost.MysqldCPU, int(x.Ops))),
+				num(perEvent(x.Cost.MysqldCPU, int(x.Ops)*x.Statements)), num(perEvent(x.Cost.SelfCPU, int(x.Ops))))
+		}
+		fmt.Fprintf(&b, "\nFor comparison, mysqld's CPU per statement sent (Questions) in the drain: %s µs; in the live row: %s µs (%.1f statements and %.2f commits per result).\n",
+			num(perEvent(d.Cost.MysqldCPU, int(d.Cost.Questions))), num(perEvent(r.live.Cost.MysqldCPU, int(r.live.Cost.Questions))),
+			float64(r.live.Cost.Questions)/float64(r.live.Tasks), float64(r.live.Cost.ComCommit)/float64(r.live.Tasks))
+	}
 	fmt.Fprintf(&b, "\nWhere a result's time goes in the latency rows, from the server's own histograms (docs/operations.md: the sequencing pass, the wait for a claim slot, the claim, and commit to first `event.deliver`), p50 and p99 interpolated within their buckets (1, 2.5, 5, 10, 25, 50, 100 ms …) as Prometheus' `histogram_quantile` does, observations in brackets:\n\n")
 	for _, l := range r.latency {
 		fmt.Fprintf(&b, "- %s/s (%s): %s.\n", num(l.Level.Rate), l.Level.producer(), l.Steps)
