@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -41,46 +42,65 @@ func runRaw(ctx context.Context, e *env, concurrency []int, dur time.Duration) (
 	for _, n := range concurrency {
 		pool.SetMaxOpenConns(n)
 		pool.SetMaxIdleConns(n)
-		before, err := e.snapshot(ctx)
-		if err != nil {
-			return nil, err
-		}
-		var commits atomic.Int64
-		var firstErr atomic.Value
-		runCtx, cancel := context.WithTimeout(ctx, dur)
-		var wg sync.WaitGroup
-		for range n {
-			wg.Go(func() {
-				for runCtx.Err() == nil {
-					tx, err := pool.BeginTx(ctx, nil)
-					if err != nil {
-						firstErr.CompareAndSwap(nil, err)
-						return
-					}
-					if _, err := tx.ExecContext(ctx, `INSERT INTO scratch (payload, created_at) VALUES (?, ?)`, payload, db.Now()); err != nil {
-						tx.Rollback()
-						firstErr.CompareAndSwap(nil, err)
-						return
-					}
-					if err := tx.Commit(); err != nil {
-						firstErr.CompareAndSwap(nil, err)
-						return
-					}
-					commits.Add(1)
-				}
+		commits, c, err := runFor(ctx, e, n, dur, func(int, int) error {
+			return inTx(ctx, pool, func(tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, `INSERT INTO scratch (payload, created_at) VALUES (?, ?)`, payload, db.Now())
+				return err
 			})
-		}
-		wg.Wait()
-		cancel()
-		if err, _ := firstErr.Load().(error); err != nil {
+		})
+		if err != nil {
 			return nil, fmt.Errorf("raw commit at %d connections: %w", n, err)
 		}
-		after, err := e.snapshot(ctx)
-		if err != nil {
-			return nil, err
-		}
-		c := before.to(after)
-		out = append(out, rawResult{Conns: n, Commits: commits.Load(), Cost: c, Rate: float64(commits.Load()) / c.Elapsed.Seconds()})
+		out = append(out, rawResult{Conns: n, Commits: commits, Cost: c, Rate: float64(commits) / c.Elapsed.Seconds()})
 	}
 	return out, nil
+}
+
+// runFor runs op in a loop on each of workers goroutines for dur, with
+// the worker's number and the loop's count, and returns how many calls
+// completed and what the machine spent meanwhile. The first error stops
+// its worker and is returned once all have stopped.
+func runFor(ctx context.Context, e *env, workers int, dur time.Duration, op func(worker, i int) error) (int64, cost, error) {
+	before, err := e.snapshot(ctx)
+	if err != nil {
+		return 0, cost{}, err
+	}
+	var done atomic.Int64
+	var firstErr atomic.Value
+	runCtx, cancel := context.WithTimeout(ctx, dur)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := 0; runCtx.Err() == nil; i++ {
+				if err := op(w, i); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return 0, cost{}, err
+	}
+	after, err := e.snapshot(ctx)
+	if err != nil {
+		return 0, cost{}, err
+	}
+	return done.Load(), before.to(after), nil
+}
+
+// inTx runs fn in a transaction of pool and commits it.
+func inTx(ctx context.Context, pool *sql.DB, fn func(*sql.Tx) error) error {
+	tx, err := pool.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }

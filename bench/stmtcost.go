@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -80,19 +78,6 @@ var statementCostRows = []statementCostRow{
 	}},
 }
 
-// inTx runs fn in a transaction of pool and commits it.
-func inTx(ctx context.Context, pool *sql.DB, fn func(*sql.Tx) error) error {
-	tx, err := pool.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		tx.Rollback()
-		return err
-	}
-	return tx.Commit()
-}
-
 // runStatementCosts runs each statement-cost row for dur on
 // statementCostConns connections, each connection on rows of its own.
 func runStatementCosts(ctx context.Context, e *env, dur time.Duration) ([]statementCostResult, error) {
@@ -123,35 +108,13 @@ func runStatementCosts(ctx context.Context, e *env, dur time.Duration) ([]statem
 	}
 	var out []statementCostResult
 	for _, row := range statementCostRows {
-		before, err := e.snapshot(ctx)
+		ops, c, err := runFor(ctx, e, statementCostConns, dur, func(worker, i int) error {
+			return row.run(ctx, pool, worker*16+i%16)
+		})
 		if err != nil {
-			return nil, err
-		}
-		var ops atomic.Int64
-		var firstErr atomic.Value
-		runCtx, cancel := context.WithTimeout(ctx, dur)
-		var wg sync.WaitGroup
-		for c := range statementCostConns {
-			wg.Go(func() {
-				for i := 0; runCtx.Err() == nil; i++ {
-					if err := row.run(ctx, pool, c*16+i%16); err != nil {
-						firstErr.CompareAndSwap(nil, err)
-						return
-					}
-					ops.Add(1)
-				}
-			})
-		}
-		wg.Wait()
-		cancel()
-		if err, _ := firstErr.Load().(error); err != nil {
 			return nil, fmt.Errorf("statement cost %q: %w", row.Name, err)
 		}
-		after, err := e.snapshot(ctx)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, statementCostResult{statementCostRow: row, Ops: ops.Load(), Cost: before.to(after)})
+		out = append(out, statementCostResult{statementCostRow: row, Ops: ops, Cost: c})
 	}
 	return out, nil
 }
