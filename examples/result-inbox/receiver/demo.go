@@ -21,6 +21,12 @@ import (
 // neither applied nor acknowledged.
 var errOtherTask = errors.New("demo: event of another task refused")
 
+// otherTaskDelay is how long a refused event of another task is held back
+// (the NACK's delay_ms): the demo's whole time budget, so that one run
+// receives it once. Without a delay the subscription's retry policy would
+// bring it back after a random delay of up to a second, to be refused again.
+const otherTaskDelay = DemoTimeout
+
 // Demo shows the whole chain once (seed 000 §2): it creates a subscription to
 // task.cancelled, submits and cancels a waiting task, consumes with the SDK
 // EventConsumer, applies the task's event twice through the Inbox (the
@@ -73,7 +79,7 @@ func Demo(ctx context.Context, cfg *Config, out io.Writer, logger *slog.Logger) 
 	handler := func(ctx context.Context, d *orbit.Delivery) error {
 		if d.Event.AggregateID != taskID {
 			fmt.Fprintf(out, "event=%s refused=other_task\n", d.Event.ID)
-			return errOtherTask
+			return orbit.Retry(errOtherTask, otherTaskDelay)
 		}
 		raw, err := EventJSON(d)
 		if err != nil {
