@@ -160,8 +160,8 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 		for _, x := range r.raw {
 			step("%s", x.summary())
 		}
-		step("statement costs: %d connections, %s each", statementCostConns, o.rawDur/2)
-		if r.statements, err = runStatementCosts(ctx, e, o.rawDur/2); err != nil {
+		step("statement costs: %d connections, %s each", statementCostConns, o.statementCostDuration())
+		if r.statements, err = runStatementCosts(ctx, e, o.statementCostDuration()); err != nil {
 			return err
 		}
 		for _, x := range r.statements {

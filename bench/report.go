@@ -459,7 +459,8 @@ func (r *results) markdown(table string) string {
 		num(float64(d.Stats.Delivered)), num(float64(d.Stats.Acked)), d.Stats.LeaseLost, d.Stats.Reconnects, d.Stats.HandlerErrors)
 	if len(r.statements) > 0 {
 		fmt.Fprintf(&b, "\n### What a statement costs on this machine\n\n")
-		fmt.Fprintf(&b, "%d connections, %s per row, each connection on rows of its own in a table of 64 rows; the rows' connector lets one call carry several statements, so that the same statements can be sent in one round trip (Orbit's connector never does). CPU in µs per operation.\n\n", statementCostConns, (r.opts.rawDur / 2).String())
+		fmt.Fprintf(&b, "%d connections, %s per row, each connection on rows of its own in a table of %d rows; the rows' connector lets one call carry several statements, so that the same statements can be sent in one round trip (Orbit's connector never does). CPU in µs per operation.\n\n",
+			statementCostConns, r.opts.statementCostDuration(), statementCostConns*statementCostRowsPerConn)
 		fmt.Fprintf(&b, "| operation | statements · round trips | operations/s | mysqld | mysqld per statement | this process |\n| --- | --- | --- | --- | --- | --- |\n")
 		for _, x := range r.statements {
 			fmt.Fprintf(&b, "| %s | %d · %d | %s | %s | %s | %s |\n", x.Name, x.Statements, x.RoundTrips,

@@ -18,9 +18,18 @@ import (
 // in one call (multiStatements), which Orbit never does, so that a row can
 // send the same statements in one round trip instead of several.
 
-// statementCostConns is how many connections run each statement-cost row,
-// as many as the drain's consumers.
-const statementCostConns = 4
+const (
+	// statementCostConns is how many connections run each statement-cost
+	// row, as many as the drain's consumers.
+	statementCostConns = 4
+	// statementCostRowsPerConn is how many table rows each connection
+	// works on, apart from the others'.
+	statementCostRowsPerConn = 16
+)
+
+// statementCostDuration is how long each statement-cost row runs: half a
+// raw row's duration.
+func (o options) statementCostDuration() time.Duration { return o.rawDur / 2 }
 
 // statementCostRow is one kind of operation the rows repeat.
 type statementCostRow struct {
@@ -38,7 +47,7 @@ type statementCostResult struct {
 }
 
 // statementCostRows are the operations measured, each on one row of a
-// table of 16 rows per connection; id picks the row.
+// table of statementCostRowsPerConn rows per connection; id picks the row.
 var statementCostRows = []statementCostRow{
 	{Name: "DO 1", Statements: 1, RoundTrips: 1, run: func(ctx context.Context, pool *sql.DB, _ int) error {
 		_, err := pool.ExecContext(ctx, "DO 1")
@@ -101,7 +110,7 @@ func runStatementCosts(ctx context.Context, e *env, dur time.Duration) ([]statem
 	if _, err := pool.ExecContext(ctx, `CREATE TABLE counters (id INT NOT NULL PRIMARY KEY, v BIGINT NOT NULL) ENGINE=InnoDB`); err != nil {
 		return nil, err
 	}
-	for id := range 16 * statementCostConns {
+	for id := range statementCostRowsPerConn * statementCostConns {
 		if _, err := pool.ExecContext(ctx, `INSERT INTO counters (id, v) VALUES (?, 0)`, id); err != nil {
 			return nil, err
 		}
@@ -109,7 +118,7 @@ func runStatementCosts(ctx context.Context, e *env, dur time.Duration) ([]statem
 	var out []statementCostResult
 	for _, row := range statementCostRows {
 		ops, c, err := runFor(ctx, e, statementCostConns, dur, func(worker, i int) error {
-			return row.run(ctx, pool, worker*16+i%16)
+			return row.run(ctx, pool, worker*statementCostRowsPerConn+i%statementCostRowsPerConn)
 		})
 		if err != nil {
 			return nil, fmt.Errorf("statement cost %q: %w", row.Name, err)
